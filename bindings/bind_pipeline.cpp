@@ -1,0 +1,193 @@
+// Scenario struct, input generation, routing, dispatch plan and backends, exposed to Python.
+// Tensors cross as numpy float64 arrays (every logical dtype here is exact in fp64).
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+
+#include "binding_registry.h"
+#include "moenum/backend.h"
+#include "moenum/dispatch_plan.h"
+#include "moenum/problem.h"
+#include "moenum/routing.h"
+#include "moenum/scenario.h"
+
+namespace py = pybind11;
+
+namespace moenum::bindings {
+namespace {
+
+template <typename T>
+py::array_t<T> to_numpy(const std::vector<T>& v, std::vector<py::ssize_t> shape) {
+  py::array_t<T> a(shape);
+  std::copy(v.begin(), v.end(), a.mutable_data());
+  return a;
+}
+
+py::array_t<double> tensor_to_numpy(const Tensor& t) {
+  std::vector<py::ssize_t> shape(t.shape.begin(), t.shape.end());
+  return to_numpy(t.data, shape);
+}
+
+py::dict tensors_to_dict(const std::map<std::string, Tensor>& m) {
+  py::dict d;
+  for (const auto& [name, t] : m) d[py::str(name)] = py::make_tuple(tensor_to_numpy(t), t.dtype);
+  return d;
+}
+
+py::dict problem_to_dict(const Problem& p) {
+  py::dict d;
+  for (auto [name, t] : {std::pair<const char*, const Tensor*>{"x", &p.x}, {"w1", &p.w1}, {"b1", &p.b1},
+                         {"w2", &p.w2}, {"b2", &p.b2}, {"dy", &p.dy}})
+    d[name] = tensor_to_numpy(*t);
+  return d;
+}
+
+py::dict plan_to_dict(const DispatchPlan& plan) {
+  py::dict d;
+  d["ep"] = plan.ep;
+  d["padding"] = plan.padding;
+  d["align"] = plan.align;
+  d["warnings"] = plan.warnings;
+  py::list ranks;
+  for (const auto& r : plan.ranks) {
+    py::dict rd;
+    auto n = static_cast<py::ssize_t>(r.row_token.size());
+    rd["row_token"] = to_numpy(r.row_token, {n});
+    rd["row_expert"] = to_numpy(r.row_expert, {n});
+    rd["row_slot"] = to_numpy(r.row_slot, {n});
+    rd["row_prob"] = to_numpy(r.row_prob, {n});
+    rd["tokens_per_expert"] = to_numpy(r.tokens_per_expert, {static_cast<py::ssize_t>(r.tokens_per_expert.size())});
+    rd["fell_back_to_module"] = r.fell_back_to_module;
+    ranks.append(rd);
+  }
+  d["ranks"] = ranks;
+  return d;
+}
+
+// Everything the backends need, built once per scenario and shared by all of them.
+struct Prepared {
+  Scenario scenario;
+  Problem problem;
+  Routing routing;
+  DispatchPlan plan;
+};
+
+void bind(py::module_& m) {
+  py::class_<ModelConfig>(m, "ModelConfig")
+      .def(py::init<>())
+      .def_readwrite("experts", &ModelConfig::experts)
+      .def_readwrite("hidden", &ModelConfig::hidden)
+      .def_readwrite("ffn", &ModelConfig::ffn)
+      .def_readwrite("topk", &ModelConfig::topk)
+      .def_readwrite("activation", &ModelConfig::activation)
+      .def_readwrite("bias", &ModelConfig::bias);
+  py::class_<SkewConfig>(m, "SkewConfig")
+      .def(py::init<>())
+      .def_readwrite("kind", &SkewConfig::kind)
+      .def_readwrite("s", &SkewConfig::s)
+      .def_readwrite("hot_experts", &SkewConfig::hot_experts)
+      .def_readwrite("hot_share", &SkewConfig::hot_share)
+      .def_readwrite("alpha", &SkewConfig::alpha)
+      .def_readwrite("counts", &SkewConfig::counts);
+  py::class_<RoutingConfig>(m, "RoutingConfig")
+      .def(py::init<>())
+      .def_readwrite("score", &RoutingConfig::score)
+      .def_readwrite("skew", &RoutingConfig::skew)
+      .def_readwrite("permute_experts", &RoutingConfig::permute_experts)
+      .def_readwrite("topk_scaling", &RoutingConfig::topk_scaling);
+  py::class_<DispatchConfig>(m, "DispatchConfig")
+      .def(py::init<>())
+      .def_readwrite("ep", &DispatchConfig::ep)
+      .def_readwrite("padding", &DispatchConfig::padding)
+      .def_readwrite("align", &DispatchConfig::align);
+  py::class_<RecipeConfig>(m, "RecipeConfig")
+      .def(py::init<>())
+      .def_readwrite("name", &RecipeConfig::name)
+      .def_readwrite("scale_rounding", &RecipeConfig::scale_rounding)
+      .def_readwrite("grad_format", &RecipeConfig::grad_format)
+      .def_readwrite("bias_mode", &RecipeConfig::bias_mode);
+  py::class_<InputRegime>(m, "InputRegime")
+      .def(py::init<>())
+      .def_readwrite("dist", &InputRegime::dist)
+      .def_readwrite("scale", &InputRegime::scale)
+      .def_readwrite("outlier_fraction", &InputRegime::outlier_fraction)
+      .def_readwrite("outlier_scale", &InputRegime::outlier_scale);
+  py::class_<OutputConfig>(m, "OutputConfig")
+      .def(py::init<>())
+      .def_readwrite("inputs", &OutputConfig::inputs)
+      .def_readwrite("intermediates", &OutputConfig::intermediates)
+      .def_readwrite("diffs", &OutputConfig::diffs);
+  py::class_<Scenario>(m, "Scenario")
+      .def(py::init<>())
+      .def_readwrite("name", &Scenario::name)
+      .def_readwrite("description", &Scenario::description)
+      .def_readwrite("source_file", &Scenario::source_file)
+      .def_readwrite("yaml_text", &Scenario::yaml_text)
+      .def_readwrite("seed", &Scenario::seed)
+      .def_readwrite("model", &Scenario::model)
+      .def_readwrite("tokens", &Scenario::tokens)
+      .def_readwrite("routing", &Scenario::routing)
+      .def_readwrite("dispatch", &Scenario::dispatch)
+      .def_readwrite("recipe", &Scenario::recipe)
+      .def_readwrite("weights", &Scenario::weights)
+      .def_readwrite("backends", &Scenario::backends)
+      .def_readwrite("baseline", &Scenario::baseline)
+      .def_readwrite("output", &Scenario::output)
+      .def_readwrite("inputs", &Scenario::inputs)
+      .def("validate", [](const Scenario& sc) { validate(sc); });
+
+  py::class_<Prepared, std::shared_ptr<Prepared>>(m, "Prepared",
+                                                  "Inputs, routing and dispatch plan of one scenario")
+      .def_property_readonly("inputs", [](const Prepared& p) { return problem_to_dict(p.problem); })
+      .def_property_readonly("topk_idx", [](const Prepared& p) {
+        return to_numpy(p.routing.topk_idx, {static_cast<py::ssize_t>(p.routing.T), static_cast<py::ssize_t>(p.routing.k)});
+      })
+      .def_property_readonly("probs", [](const Prepared& p) {
+        return to_numpy(p.routing.probs, {static_cast<py::ssize_t>(p.routing.T), static_cast<py::ssize_t>(p.routing.k)});
+      })
+      .def_property_readonly("tokens_per_expert", [](const Prepared& p) {
+        return to_numpy(p.routing.tokens_per_expert, {static_cast<py::ssize_t>(p.routing.E)});
+      })
+      .def_property_readonly("plan", [](const Prepared& p) { return plan_to_dict(p.plan); });
+
+  m.def("prepare", [](const Scenario& sc) {
+    validate(sc);
+    auto p = std::make_shared<Prepared>();
+    {
+      py::gil_scoped_release release;
+      p->scenario = sc;
+      p->problem = generate_problem(sc);
+      p->routing = route(sc);
+      p->plan = plan_dispatch(sc, p->routing);
+    }
+    return p;
+  }, py::arg("scenario"), "Generate the inputs, route and plan the dispatch of one scenario");
+
+  m.def("backend_names", &backend_names);
+  m.def("backend_availability", [](const std::string& name, const Scenario& sc) {
+    auto a = make_backend(name)->available(sc);
+    return py::make_tuple(a.ok, a.disposition, a.reason);
+  });
+  m.def("run_backend", [](const std::string& name, const Prepared& p) {
+    auto backend = make_backend(name);
+    BackendResult r;
+    {
+      py::gil_scoped_release release;
+      auto t0 = std::chrono::steady_clock::now();
+      r = backend->run(RunContext{p.scenario, p.problem, p.routing, p.plan});
+      r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    py::dict d;
+    d["outputs"] = tensors_to_dict(r.outputs);
+    d["stages"] = tensors_to_dict(r.stages);
+    d["attrs"] = r.attrs;
+    d["seconds"] = r.seconds;
+    return d;
+  }, py::arg("name"), py::arg("prepared"), "Run one backend; returns outputs, stages, attrs, seconds");
+}
+
+BindRegistrar registrar(bind);
+
+}  // namespace
+}  // namespace moenum::bindings

@@ -1,0 +1,21 @@
+# The CUDA backends (core/gpu/). Compiled for Hopper and Blackwell; CI compiles and links them
+# without a GPU, and they report not_run at run time when no device is present.
+enable_language(CUDA)
+set(CMAKE_CUDA_STANDARD 20)
+set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES OR CMAKE_CUDA_ARCHITECTURES STREQUAL "52")
+  set(CMAKE_CUDA_ARCHITECTURES 90a 100a)
+endif()
+find_package(CUDAToolkit REQUIRED)
+file(GLOB_RECURSE MOENUM_GPU_SOURCES CONFIGURE_DEPENDS core/gpu/*.cu core/gpu/*.cpp)
+if(MOENUM_GPU_SOURCES)
+  add_library(moenum_gpu STATIC ${MOENUM_GPU_SOURCES})
+  target_include_directories(moenum_gpu PUBLIC core/include core/gpu)
+  target_link_libraries(moenum_gpu PUBLIC CUDA::cudart CUDA::cublasLt CUDA::cublas Eigen3::Eigen)
+  # whole-archive so the self-registering GPU backends are kept by the linker
+  set_target_properties(moenum_gpu PROPERTIES CUDA_SEPARABLE_COMPILATION OFF)
+  target_compile_options(moenum_gpu PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>)
+  target_compile_definitions(moenum_gpu PUBLIC MOENUM_HAVE_CUDA=1)
+else()
+  add_library(moenum_gpu INTERFACE)
+endif()

@@ -1,0 +1,84 @@
+// The expanded, validated scenario (interfaces.md). Python loads, validates and fills it; C++ trusts
+// the values but re-checks the combinations that would make the computation meaningless.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace moenum {
+
+struct ModelConfig {
+  int64_t experts = 8;
+  int64_t hidden = 64;
+  int64_t ffn = 64;
+  int64_t topk = 2;
+  std::string activation = "swiglu";
+  bool bias = true;
+};
+
+struct SkewConfig {
+  std::string kind = "uniform";      // uniform | zipf | hot | dirichlet | counts
+  double s = 0.0;                    // zipf exponent
+  int64_t hot_experts = 1;           // hot: number of hot experts
+  double hot_share = 0.5;            // hot: share of routing mass on the hot experts
+  double alpha = 1.0;                // dirichlet concentration
+  std::vector<int64_t> counts;       // counts: exact tokens per expert (sum = tokens * topk)
+};
+
+struct RoutingConfig {
+  std::string score = "softmax";     // softmax | softmax_pre | sigmoid
+  SkewConfig skew;
+  bool permute_experts = false;
+  double topk_scaling = 1.0;         // multiplies the probs after normalisation
+};
+
+struct DispatchConfig {
+  int64_t ep = 1;
+  std::string padding = "none";      // none | router | router_post | module | hybridep
+  int64_t align = 0;                 // 0 = no padding; defaults from the recipe are filled in Python
+};
+
+struct RecipeConfig {
+  std::string name = "bf16";         // fp32 | bf16 | mxfp8
+  std::string scale_rounding = "rceil";  // rceil | floor
+  std::string grad_format = "e4m3";  // e4m3 | e5m2
+  std::string bias_mode = "separate";  // separate | epilogue
+};
+
+// How one input tensor's values are drawn (numerics.md §2, "Input values").
+struct InputRegime {
+  std::string dist = "normal";       // normal | uniform
+  double scale = 1.0;                // multiplies the default std (1 for x/dy, 1/sqrt(fan_in) for weights)
+  double outlier_fraction = 0.0;     // fraction of elements multiplied by outlier_scale
+  double outlier_scale = 1.0;
+};
+
+struct OutputConfig {
+  bool inputs = false;
+  bool intermediates = false;
+  std::string diffs = "summary";     // summary | full
+};
+
+struct Scenario {
+  std::string name;
+  std::string description;
+  std::string source_file;           // for error messages
+  std::string yaml_text;             // the full expanded scenario, stored in the results file
+  uint64_t seed = 0;
+  ModelConfig model;
+  int64_t tokens = 64;
+  RoutingConfig routing;
+  DispatchConfig dispatch;
+  RecipeConfig recipe;
+  std::string weights = "single";    // single | discrete
+  std::vector<std::string> backends{"golden", "reference"};
+  std::string baseline = "reference";
+  OutputConfig output;
+  std::map<std::string, InputRegime> inputs;  // keyed by x, w1, b1, w2, b2, dy
+};
+
+// Throws ConfigError naming the scenario and key for combinations the computation cannot honour.
+void validate(const Scenario& sc);
+
+}  // namespace moenum

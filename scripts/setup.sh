@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian 12 machine for moenum, idempotently and fast on reruns:
+#   1. Debian packages (Eigen, GoogleTest, OpenMP) when missing,
+#   2. a virtual environment .venv with the Python dependencies when requirements changed,
+#   3. an incremental build + editable install of moenum (build tree in build/py).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(libeigen3-dev libgtest-dev g++ python3-venv)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.requirements.sha
+want=$(sha256sum requirements-dev.txt | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "setup: installing Python dependencies"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -r requirements-dev.txt
+  echo "$want" > "$stamp"
+fi
+
+# The build tree persists in build/py, so an unchanged tree rebuilds nothing.
+export PATH="$PWD/.venv/bin:/usr/local/cuda/bin:$PATH"
+echo "setup: building moenum (MOENUM_CUDA=${MOENUM_CUDA:-AUTO})"
+.venv/bin/python -m pip install -q --no-build-isolation --no-deps -e . \
+  -Ccmake.define.MOENUM_BUILD_TESTS=ON -Ccmake.define.MOENUM_CUDA="${MOENUM_CUDA:-AUTO}" \
+  -Cbuild.verbose=false
