@@ -1,0 +1,23 @@
+"""moenum: numerics harness for Mixture-of-Experts grouped linear layers.
+
+    scs = moenum.load_scenarios("scenarios/smoke.yaml")
+    res = moenum.run(scs[0], out="results/")
+    res.errors                      # pandas DataFrame
+    camp = moenum.run_campaign("scenarios/padding.yaml", out="results/", jobs=2, resume=True)
+"""
+from . import _core
+from .campaign import Campaign, run_campaign
+from .errors import MoenumError, ScenarioError
+from .result import RunResult, open_results
+from .runner import run
+from .scenario import Scenario, from_dict, load_scenarios
+
+__version__ = _core.__version__
+
+try:  # the MX formats module arrives with its own issue
+    from . import mx  # noqa: F401
+except ImportError:  # pragma: no cover
+    pass
+
+__all__ = ["Campaign", "MoenumError", "RunResult", "Scenario", "ScenarioError", "from_dict",
+           "load_scenarios", "open_results", "run", "run_campaign", "__version__"]

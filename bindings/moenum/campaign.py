@@ -1,0 +1,142 @@
+"""Campaigns: many scenario points, run in parallel processes, resumable, shardable.
+
+Each point's results file is complete or absent (atomic rename), so `resume` just skips points
+whose file exists and holds the same expanded scenario.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from .errors import ScenarioError
+from .result import RunResult, open_results
+from .results_io import result_path
+from .scenario import Scenario, load_scenarios
+
+
+@dataclass
+class Campaign:
+    results: list[RunResult] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # resumed: already complete on disk
+
+    @property
+    def errors(self) -> pd.DataFrame:
+        """One error table over every point, with the swept parameters as columns."""
+        frames = []
+        for r in self.results:
+            t = r.errors.copy()
+            t.insert(0, "scenario", r.name)
+            for key, value in r.sweep_point.items():
+                t[key] = value if not isinstance(value, (list, dict)) else str(value)
+            frames.append(t)
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.results)
+
+
+def _is_complete(path: Path, sc: Scenario) -> bool:
+    if not path.exists():
+        return False
+    try:
+        import h5py
+        with h5py.File(path, "r") as f:
+            return yaml.safe_load(f.attrs["scenario_yaml"]) == yaml.safe_load(sc.to_yaml())
+    except (OSError, KeyError):
+        return False
+
+
+def _run_point(sc: Scenario, out: str, backends):
+    from .runner import run
+    return run(sc, out=out, backends=backends)
+
+
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    if not text:
+        return None
+    try:
+        i, n = (int(v) for v in text.split("/"))
+    except ValueError:
+        raise ScenarioError(f"--shard must look like i/n (e.g. 0/4), got '{text}'", key="--shard") from None
+    if n < 1 or not 0 <= i < n:
+        raise ScenarioError(f"--shard {text}: need 0 <= i < n", key="--shard")
+    return i, n
+
+
+class Progress:
+    """done/total, elapsed and ETA on stderr, one line per finished point."""
+
+    def __init__(self, total: int, quiet: bool = False):
+        self.total, self.done, self.quiet, self.t0 = total, 0, quiet, time.perf_counter()
+
+    def step(self, name: str, verdict: str):
+        self.done += 1
+        if self.quiet:
+            return
+        elapsed = time.perf_counter() - self.t0
+        eta = elapsed / self.done * (self.total - self.done)
+        print(f"[{self.done}/{self.total}] {name}: {verdict}  (elapsed {elapsed:.1f} s, ETA {eta:.1f} s)",
+              file=sys.stderr, flush=True)
+
+
+def run_points(points: list[Scenario], out="results", jobs: int = 1, resume: bool = False,
+               shard: tuple[int, int] | None = None, backends=None, quiet: bool = False) -> Campaign:
+    if shard:
+        i, n = shard
+        points = points[i::n]
+    camp = Campaign()
+    todo = []
+    for sc in points:
+        path = result_path(out, sc.name)
+        if resume and _is_complete(path, sc):
+            r = open_results(path)
+            r.sweep_point = dict(sc.sweep_point)
+            camp.results.append(r)
+            camp.skipped.append(sc.name)
+        else:
+            todo.append(sc)
+    progress = Progress(len(todo), quiet)
+    finished: dict[str, RunResult] = {}
+    if jobs <= 1 or len(todo) <= 1:
+        for sc in todo:
+            r = _run_point(sc, out, backends)
+            finished[sc.name] = r
+            progress.step(sc.name, "passed" if r.passed else "FAILED")
+    else:
+        # spawn, not fork: the C++ core uses OpenMP, whose thread pool does not survive fork
+        ctx = multiprocessing.get_context("spawn")
+        with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+            futures = {pool.submit(_run_point, sc, out, backends): sc for sc in todo}
+            for fut in cf.as_completed(futures):
+                sc = futures[fut]
+                r = fut.result()
+                finished[sc.name] = r
+                progress.step(sc.name, "passed" if r.passed else "FAILED")
+    by_name = {r.name: r for r in camp.results}
+    by_name.update(finished)
+    camp.results = [by_name[sc.name] for sc in points if sc.name in by_name]
+    return camp
+
+
+def run_campaign(paths, out="results", jobs: int = 1, resume: bool = False, shard=None,
+                 backends=None, quiet: bool = False) -> Campaign:
+    """Run every point of one or more scenario files (or folders)."""
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    points = [sc for p in paths for sc in load_scenarios(p)]
+    names = [sc.name for sc in points]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise ScenarioError(f"scenario names repeat across files: {', '.join(sorted(dup))}")
+    if isinstance(shard, str):
+        shard = parse_shard(shard)
+    return run_points(points, out=out, jobs=jobs, resume=resume, shard=shard, backends=backends,
+                      quiet=quiet)

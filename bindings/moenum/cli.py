@@ -1,0 +1,99 @@
+"""The `moenum` command: run, report (nightly and bench arrive with their issues).
+
+Exit codes: 0 all passed, 1 a check or backend failed, 2 bad input (one clear message, no traceback).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .errors import ScenarioError
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="moenum", description="Numerics harness for MoE grouped linear layers")
+    sub = p.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run scenario files and write one HDF5 results file per point")
+    run.add_argument("scenarios", nargs="+", help="scenario YAML files or folders")
+    run.add_argument("-o", "--out", default="results", help="output folder (default: results)")
+    run.add_argument("--backends", help="comma-separated backends, overriding the scenario's list")
+    run.add_argument("-j", "--jobs", type=int, default=1, help="scenario points run in parallel")
+    run.add_argument("--resume", action="store_true", help="skip points whose complete results file exists")
+    run.add_argument("--shard", help="run slice i of n (i/n), e.g. for Slurm array jobs")
+    run.add_argument("-q", "--quiet", action="store_true", help="only the final line")
+    rep = sub.add_parser("report", help="print the error table of a results file or folder")
+    rep.add_argument("path", help="a results .h5 file or a folder of them")
+    rep.add_argument("--by", help="group by these columns, e.g. tensor,expert")
+    rep.add_argument("--limit", type=int, help="show only the worst N rows")
+    return p
+
+
+def _cmd_run(args) -> int:
+    from .campaign import parse_shard, run_campaign
+    from .report import format_table
+    if args.jobs < 1:
+        raise ScenarioError(f"-j must be >= 1, got {args.jobs}", key="-j")
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()] if args.backends else None
+    camp = run_campaign(args.scenarios, out=args.out, jobs=args.jobs, resume=args.resume,
+                        shard=parse_shard(args.shard), backends=backends, quiet=args.quiet)
+    n_backend = {"passed": 0, "failed": 0, "not_run": 0, "not_supported": 0}
+    for r in camp.results:
+        if not args.quiet:
+            print(f"\n== {r.name}  ({r.path})")
+            for b, d in r.disposition.items():
+                reason = f" — {r.reasons[b]}" if r.reasons.get(b) else ""
+                print(f"   {b:<18} {d:<13} {r.seconds.get(b, 0):7.3f} s{reason}")
+            for w in r.warnings:
+                print(f"   warning: {w}")
+            failed_checks = [f"{k}: {r.check_details[k]}" for k, ok in r.checks.items() if not ok]
+            for c in failed_checks:
+                print(f"   check FAILED {c}")
+            print(format_table(r.errors))
+        for d in r.disposition.values():
+            n_backend[d] = n_backend.get(d, 0) + 1
+    n_points = len(camp.results)
+    bad = [r for r in camp.results if not r.passed]
+    counts = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in n_backend.items() if v)
+    resumed = f", {len(camp.skipped)} resumed" if camp.skipped else ""
+    if bad:
+        print(f"# FAILED: {len(bad)} of {n_points} scenario points failed ({counts}{resumed})")
+        return 1
+    print(f"# OK: {n_points} scenario points passed ({counts}{resumed})")
+    return 0
+
+
+def _cmd_report(args) -> int:
+    from .report import format_table
+    from .result import open_results
+    path = Path(args.path)
+    files = sorted(path.glob("*.h5")) if path.is_dir() else [path]
+    if not files:
+        raise ScenarioError("no results files (*.h5) in this folder", str(path))
+    by = [c.strip() for c in args.by.split(",")] if args.by else None
+    for f in files:
+        r = open_results(f)
+        print(f"== {r.name}  ({f})")
+        try:
+            print(format_table(r.errors, by=by, limit=args.limit))
+        except KeyError as e:
+            raise ScenarioError(str(e.args[0]), key="--by") from None
+    return 0
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            return _cmd_run(args)
+        return _cmd_report(args)
+    except ScenarioError as e:
+        print(f"moenum: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("moenum: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

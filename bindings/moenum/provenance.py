@@ -1,0 +1,39 @@
+"""Where a results file came from: version, git commit, host, GPU and library versions."""
+from __future__ import annotations
+
+import functools
+import socket
+import subprocess
+from datetime import datetime, timezone
+from pathlib import Path
+
+
+@functools.lru_cache(maxsize=1)
+def git_sha() -> str:
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=5)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+@functools.lru_cache(maxsize=1)
+def gpu_description() -> str:
+    from . import _core
+    describe = getattr(_core, "gpu_description", None)
+    return describe() if describe else "none"
+
+
+def root_attributes(scenario_yaml: str) -> dict:
+    from . import _core
+    return {
+        "schema_version": 1,
+        "moenum_version": _core.__version__,
+        "git_sha": git_sha(),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "host": socket.gethostname(),
+        "gpu": gpu_description(),
+        "scenario_yaml": scenario_yaml,
+    }

@@ -1,0 +1,59 @@
+"""RunResult: what a run returns and what `open_results` reads back from a file."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+
+@dataclass
+class RunResult:
+    path: Path
+    name: str
+    errors: pd.DataFrame
+    disposition: dict
+    reasons: dict = field(default_factory=dict)
+    checks: dict = field(default_factory=dict)
+    check_details: dict = field(default_factory=dict)
+    seconds: dict = field(default_factory=dict)
+    warnings: list = field(default_factory=list)
+    sweep_point: dict = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        """No backend failed and every check passed (not_run/not_supported are not failures)."""
+        return all(d != "failed" for d in self.disposition.values()) and all(self.checks.values())
+
+    def tensor(self, backend: str, name: str) -> np.ndarray:
+        """Read one output (or `stages/<name>`) of one backend from the results file."""
+        import h5py
+        with h5py.File(self.path, "r") as f:
+            return f[f"results/{backend}/{name}"][()]
+
+    @property
+    def scenario(self) -> dict:
+        import h5py
+        with h5py.File(self.path, "r") as f:
+            return yaml.safe_load(f.attrs["scenario_yaml"])
+
+
+def open_results(path) -> RunResult:
+    """Read a results file back into the same object `moenum.run` returns."""
+    from .results_io import open_file, records_to_errors
+    with open_file(path) as f:
+        cfg = yaml.safe_load(f.attrs["scenario_yaml"])
+        disposition, reasons, seconds = {}, {}, {}
+        for name, g in f["results"].items():
+            disposition[name] = str(g.attrs["disposition"])
+            reasons[name] = str(g.attrs.get("reason", ""))
+            seconds[name] = float(g.attrs.get("seconds", 0.0))
+        checks = {n: bool(g.attrs["passed"]) for n, g in f["checks"].items()}
+        details = {n: str(g.attrs["detail"]) for n, g in f["checks"].items()}
+        errors = records_to_errors(f["tables/errors"][()])
+        warnings = [w for w in str(f["dispatch"].attrs.get("warnings", "")).split("\n") if w]
+    return RunResult(path=Path(path), name=cfg["name"], errors=errors, disposition=disposition,
+                     reasons=reasons, checks=checks, check_details=details, seconds=seconds,
+                     warnings=warnings)

@@ -1,0 +1,157 @@
+"""The HDF5 results file (interfaces.md): written to a temporary name and renamed when complete,
+so a crash leaves the old file or no file, never a truncated one that looks whole."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pandas as pd
+
+from .errors import ScenarioError
+from .metrics import COLUMNS
+
+SCHEMA_VERSION = 1
+COMPRESSION = {"compression": "gzip", "compression_opts": 4, "shuffle": True}
+STRING_COLUMNS = {"backend": 64, "other": 64, "tensor": 32, "disposition": 16}
+INT_COLUMNS = {"expert", "n", "ulp_le0", "ulp_le1", "ulp_le2", "ulp_gt2", "bitwise_equal",
+               "bound_violations"}
+
+
+def result_path(out_dir, scenario_name: str) -> Path:
+    """Sweep points are named `name/key=value,...`: the slash becomes a double underscore."""
+    return Path(out_dir) / (scenario_name.replace("/", "__") + ".h5")
+
+
+def _dataset(group, name, array, dtype_attr=None, compress=True):
+    array = np.asarray(array)
+    kwargs = COMPRESSION if compress and array.size > 1024 else {}
+    ds = group.create_dataset(name, data=array, **kwargs)
+    if dtype_attr:
+        ds.attrs["dtype"] = dtype_attr
+    return ds
+
+
+def _storage(values: np.ndarray, dtype: str) -> np.ndarray:
+    """fp64 for golden, float32 otherwise (bf16/fp32 values are exact in float32)."""
+    return values.astype(np.float64 if dtype == "fp64" else np.float32)
+
+
+def errors_to_records(table: pd.DataFrame) -> np.ndarray:
+    fields = []
+    for col in COLUMNS:
+        if col in STRING_COLUMNS:
+            fields.append((col, f"S{STRING_COLUMNS[col]}"))
+        elif col in INT_COLUMNS:
+            fields.append((col, "<i8"))
+        else:
+            fields.append((col, "<f8"))
+    records = np.zeros(len(table), dtype=fields)
+    for col in COLUMNS:
+        values = table[col].to_numpy() if len(table) else []
+        if col in STRING_COLUMNS:
+            records[col] = [str(v).encode() for v in values]
+        else:
+            records[col] = values
+    return records
+
+
+def records_to_errors(records: np.ndarray) -> pd.DataFrame:
+    table = pd.DataFrame({name: records[name] for name in records.dtype.names})
+    for col in STRING_COLUMNS:
+        if col in table:
+            table[col] = table[col].map(lambda b: b.decode() if isinstance(b, bytes) else b)
+    return table[[c for c in COLUMNS if c in table]]
+
+
+def write_results(path, attrs: dict, prepared, results: dict, table: pd.DataFrame, checks: dict,
+                  write_inputs: bool, write_stages: bool, diffs: dict | None = None) -> Path:
+    """Write one scenario point's results file atomically; returns its path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with h5py.File(tmp, "w") as f:
+            for key, value in attrs.items():
+                f.attrs[key] = value
+            routing = f.create_group("routing")
+            _dataset(routing, "topk_idx", prepared.topk_idx.astype(np.int32))
+            _dataset(routing, "probs", prepared.probs.astype(np.float32))
+            _dataset(routing, "tokens_per_expert", prepared.tokens_per_expert.astype(np.int64))
+            plan = prepared.plan
+            dispatch = f.create_group("dispatch")
+            dispatch.attrs.update({"ep": plan["ep"], "padding": plan["padding"], "align": plan["align"],
+                                   "warnings": "\n".join(plan["warnings"])})
+            for r, rank in enumerate(plan["ranks"]):
+                g = dispatch.create_group(f"rank_{r}")
+                _dataset(g, "row_token", rank["row_token"].astype(np.int64))
+                _dataset(g, "row_expert", rank["row_expert"].astype(np.int32))
+                _dataset(g, "tokens_per_expert", rank["tokens_per_expert"].astype(np.int64))
+                g.attrs["fell_back_to_module"] = rank["fell_back_to_module"]
+            if write_inputs:
+                inputs = f.create_group("inputs")
+                for name, values in prepared.inputs.items():
+                    _dataset(inputs, name, values.astype(np.float32), "bf16")
+            res = f.create_group("results")
+            for backend, r in results.items():
+                g = res.create_group(backend)
+                g.attrs.update({"disposition": r["disposition"], "reason": r.get("reason", ""),
+                                "seconds": float(r.get("seconds", 0.0))})
+                for key, value in r.get("attrs", {}).items():
+                    g.attrs[key] = value
+                for name, (values, dtype) in r.get("outputs", {}).items():
+                    _dataset(g, name, _storage(values, dtype), dtype)
+                if write_stages and r.get("stages"):
+                    st = g.create_group("stages")
+                    for name, (values, dtype) in r["stages"].items():
+                        if dtype in ("e4m3", "e5m2", "e8m0", "uint8"):
+                            ds = _dataset(st, name, values.astype(np.uint8), dtype)
+                            ds.attrs["format"] = dtype
+                        else:
+                            _dataset(st, name, _storage(values, dtype), dtype)
+            if diffs:
+                dg = f.create_group("diffs")
+                for pair, tensors in diffs.items():
+                    pg = dg.create_group(pair)
+                    for name, values in tensors.items():
+                        _dataset(pg, name, values.astype(np.float64))
+            tables = f.create_group("tables")
+            tables.create_dataset("errors", data=errors_to_records(table))
+            cg = f.create_group("checks")
+            for name, (passed, detail) in checks.items():
+                c = cg.create_group(name)
+                c.attrs["passed"] = bool(passed)
+                c.attrs["detail"] = detail
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def read_errors(path) -> pd.DataFrame:
+    with _open(path) as f:
+        return records_to_errors(f["tables/errors"][()])
+
+
+def _open(path):
+    path = Path(path)
+    try:
+        f = h5py.File(path, "r")
+    except FileNotFoundError:
+        raise ScenarioError("no such results file", str(path)) from None
+    except OSError as e:
+        raise ScenarioError(f"not a readable HDF5 results file ({e})", str(path)) from None
+    if "schema_version" not in f.attrs or "tables" not in f:
+        f.close()
+        raise ScenarioError("not a moenum results file (no schema_version or /tables)", str(path))
+    if int(f.attrs["schema_version"]) > SCHEMA_VERSION:
+        version = int(f.attrs["schema_version"])
+        f.close()
+        raise ScenarioError(f"schema_version {version} is newer than this moenum reads ({SCHEMA_VERSION})",
+                            str(path))
+    return f
+
+
+open_file = _open

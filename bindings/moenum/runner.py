@@ -1,0 +1,131 @@
+"""Run one scenario point: prepare inputs, run every backend, verify, write the results file."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from . import _core
+from .errors import ScenarioError
+from .provenance import root_attributes
+from .result import RunResult
+from .results_io import result_path, write_results
+from .scenario import Scenario, load_scenarios, to_core
+from .verify import error_table, expected_shapes, output_checks, recipe_error_check
+
+FINAL_DISPOSITIONS = ("passed", "failed", "not_run", "not_supported")
+
+
+def _check_alignment(sc: Scenario, prepared) -> None:
+    """mxfp8 quantizes along tokens in blocks of 32: every segment must be aligned."""
+    cfg = sc.config
+    if cfg["recipe"]["name"] != "mxfp8":
+        return
+    for r, rank in enumerate(prepared.plan["ranks"]):
+        counts = rank["tokens_per_expert"]
+        bad = np.nonzero(counts % 32)[0]
+        if bad.size:
+            e = int(bad[0]) + r * len(counts)
+            raise sc.error("dispatch.padding",
+                           f"mxfp8 needs every expert segment aligned to 32 rows, but expert {e} has "
+                           f"{int(counts[bad[0]])} rows with padding '{cfg['dispatch']['padding']}' "
+                           f"(use router, module or hybridep padding)")
+
+
+def _run_backend(name: str, core_sc, prepared) -> dict:
+    if name.startswith("torch:"):
+        return {"disposition": "not_supported", "reason": "torch callables are not wired yet"}
+    ok, disposition, reason = _core.backend_availability(name, core_sc)
+    if not ok:
+        return {"disposition": disposition, "reason": reason}
+    try:
+        out = _core.run_backend(name, prepared)
+    except (_core.InternalError, RuntimeError, MemoryError) as e:
+        return {"disposition": "failed", "reason": f"{type(e).__name__}: {e}"}
+    out["disposition"] = "passed"  # provisional: verification may fail it
+    out["reason"] = ""
+    return out
+
+
+def run(scenario, out="results", backends: list[str] | None = None) -> RunResult:
+    """Run one scenario point (a Scenario, a dict, or a path holding exactly one point)."""
+    if isinstance(scenario, (str, Path)):
+        points = load_scenarios(scenario)
+        if len(points) != 1:
+            raise ScenarioError(f"holds {len(points)} scenario points; use run_campaign", str(scenario))
+        scenario = points[0]
+    elif isinstance(scenario, dict):
+        from .scenario import from_dict
+        (scenario,) = from_dict(scenario)
+    sc: Scenario = scenario
+    cfg = sc.config
+    names = list(backends or cfg["backends"])
+    unknown = [b for b in names if b not in _core.backend_names() and not b.startswith("torch:")]
+    if unknown:
+        raise ScenarioError(f"unknown backend(s) {', '.join(unknown)} (known: "
+                            f"{', '.join(_core.backend_names())})", key="--backends")
+    baseline = cfg["compare"]["baseline"] if cfg["compare"]["baseline"] in names else names[0]
+
+    core_sc = to_core(sc)
+    try:
+        prepared = _core.prepare(core_sc)
+    except _core.ConfigError as e:
+        raise sc.error(_guess_key(str(e)), str(e)) from None
+    _check_alignment(sc, prepared)
+
+    results, checks = {}, {}
+    shapes = expected_shapes(cfg)
+    for name in names:
+        t0 = time.perf_counter()
+        r = _run_backend(name, core_sc, prepared)
+        r.setdefault("seconds", time.perf_counter() - t0)
+        if r["disposition"] == "passed":
+            c = output_checks(name, r, shapes)
+            checks.update(c)
+            if not all(ok for ok, _ in c.values()):
+                r["disposition"], r["reason"] = "failed", next(d for ok, d in c.values() if not ok)
+        results[name] = r
+
+    table = error_table(results, names, baseline, prepared.topk_idx)
+    for name in names:
+        if name != "golden" and results[name]["disposition"] == "passed":
+            c = recipe_error_check(name, cfg["recipe"]["name"], table)
+            checks.update(c)
+            failed = [d for ok, d in c.values() if not ok]
+            if failed:
+                results[name]["disposition"], results[name]["reason"] = "failed", failed[0]
+    # the table's disposition column reflects the final verdicts
+    if not table.empty:
+        table["disposition"] = table["backend"].map(lambda b: results[b]["disposition"])
+
+    diffs = None
+    if cfg["output"]["diffs"] == "full":
+        diffs = _full_diffs(results, names, baseline)
+    path = result_path(out, sc.name)
+    write_results(path, root_attributes(sc.to_yaml()), prepared, results, table, checks,
+                  write_inputs=cfg["output"]["inputs"], write_stages=cfg["output"]["intermediates"],
+                  diffs=diffs)
+    return RunResult(path=path, name=sc.name, errors=table,
+                     disposition={n: r["disposition"] for n, r in results.items()},
+                     reasons={n: r.get("reason", "") for n, r in results.items()},
+                     checks={k: bool(ok) for k, (ok, _) in checks.items()},
+                     check_details={k: d for k, (_, d) in checks.items()},
+                     seconds={n: float(r.get("seconds", 0.0)) for n, r in results.items()},
+                     warnings=list(prepared.plan["warnings"]), sweep_point=dict(sc.sweep_point))
+
+
+def _full_diffs(results, names, baseline):
+    from .verify import comparison_pairs
+    diffs = {}
+    for a, b in comparison_pairs(names, baseline):
+        ra, rb = results[a].get("outputs"), results[b].get("outputs")
+        if ra and rb:
+            diffs[f"{a}__vs__{b}"] = {t: v - rb[t][0] for t, (v, _) in ra.items() if t in rb}
+    return diffs
+
+
+def _guess_key(message: str) -> str | None:
+    """C++ ConfigErrors read "scenario 'x': key: what"; pull the key out for the line lookup."""
+    parts = message.split(": ")
+    return parts[1] if len(parts) >= 3 else None

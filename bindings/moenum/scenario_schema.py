@@ -1,0 +1,118 @@
+"""The scenario file schema (interfaces.md): every key, its type, its range and its default.
+
+One table drives validation, defaults and sweep-key checking, so a new key is one new line here.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+NAME_RE = re.compile(r"^[a-z0-9_.-]+$")
+INPUT_TENSORS = ("x", "w1", "b1", "w2", "b2", "dy")
+
+
+@dataclass(frozen=True)
+class Key:
+    """One leaf key: a type, a default, and an optional check returning an error text or None."""
+    kind: type | tuple
+    default: Any = None
+    required: bool = False
+    choices: tuple = ()
+    check: Callable[[Any], str | None] | None = None
+    doc: str = ""
+
+
+def at_least(lo):
+    return lambda v: None if v >= lo else f"must be >= {lo}, got {v}"
+
+
+def in_range(lo, hi, lo_open=False):
+    def check(v):
+        ok = (v > lo if lo_open else v >= lo) and v <= hi
+        return None if ok else f"must be in {'(' if lo_open else '['}{lo}, {hi}], got {v}"
+    return check
+
+
+def positive(v):
+    return None if v > 0 else f"must be > 0, got {v}"
+
+
+def valid_name(v):
+    return None if NAME_RE.match(v) else f"'{v}' must match [a-z0-9_.-]+"
+
+
+def int_list(v):
+    if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in v):
+        return "must be a list of non-negative integers"
+    return None
+
+
+def str_list(v):
+    return None if v and all(isinstance(c, str) for c in v) else "must be a non-empty list of names"
+
+
+NUM = (int, float)
+
+# Nested dicts are sections; Key objects are leaves. `inputs` and `sweep` are handled specially.
+SCHEMA: dict[str, Any] = {
+    "name": Key(str, required=True, check=valid_name),
+    "description": Key(str, ""),
+    "seed": Key(int, 0, check=at_least(0)),
+    "model": {
+        "experts": Key(int, 8, check=at_least(1)),
+        "hidden": Key(int, 64, check=at_least(1)),
+        "ffn": Key(int, 64, check=at_least(1)),
+        "topk": Key(int, 2, check=at_least(1)),
+        "activation": Key(str, "swiglu", choices=("swiglu",)),
+        "bias": Key(bool, True),
+    },
+    "tokens": Key(int, 64, check=at_least(1)),
+    "routing": {
+        "score": Key(str, "softmax", choices=("softmax", "softmax_pre", "sigmoid")),
+        "skew": {
+            "kind": Key(str, "uniform", choices=("uniform", "zipf", "hot", "dirichlet", "counts")),
+            "s": Key(NUM, 0.0, check=at_least(0)),
+            "experts": Key(int, 1, check=at_least(1)),
+            "share": Key(NUM, 0.5, check=in_range(0, 1)),
+            "alpha": Key(NUM, 1.0, check=positive),
+            "counts": Key(list, None, check=int_list),
+        },
+        "permute_experts": Key(bool, False),
+        "topk_scaling": Key(NUM, 1.0, check=positive),
+    },
+    "dispatch": {
+        "ep": Key(int, 1, check=at_least(1)),
+        "padding": Key(str, "none", choices=("none", "router", "router_post", "module", "hybridep")),
+        "align": Key(int, None, check=at_least(0)),  # default from the recipe
+    },
+    "recipe": {
+        "name": Key(str, "bf16", choices=("fp32", "bf16", "mxfp8")),
+        "scale_rounding": Key(str, "rceil", choices=("rceil", "floor")),
+        "grad_format": Key(str, "e4m3", choices=("e4m3", "e5m2")),
+        "bias_mode": Key(str, "separate", choices=("separate", "epilogue")),
+    },
+    "weights": Key(str, "single", choices=("single", "discrete")),
+    "backends": Key(list, ["golden", "reference"], check=str_list),
+    "compare": {
+        "baseline": Key(str, "reference"),
+    },
+    "output": {
+        "inputs": Key(bool, False),
+        "intermediates": Key(bool, False),
+        "diffs": Key(str, "summary", choices=("summary", "full")),
+    },
+}
+
+INPUT_REGIME: dict[str, Any] = {
+    "dist": Key(str, "normal", choices=("normal", "uniform")),
+    "scale": Key(NUM, 1.0, check=positive),
+    "outliers": {
+        "fraction": Key(NUM, 0.0, check=in_range(0, 1)),
+        "scale": Key(NUM, 1.0, check=positive),
+    },
+}
+
+# Default alignment per recipe when padding is asked for (numerics.md §3).
+RECIPE_ALIGN = {"mxfp8": 32, "fp8": 16}
+MX_BLOCK = 32
