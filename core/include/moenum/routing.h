@@ -20,4 +20,8 @@ std::vector<double> skew_popularity(const Scenario& sc);
 
 Routing route(const Scenario& sc);
 
+// Helper, exposed for tests: indices of the k largest keys, in descending key order, ties to the
+// lower index.
+std::vector<int32_t> topk_lower_id(const std::vector<float>& keys, int64_t k);
+
 }  // namespace moenum
