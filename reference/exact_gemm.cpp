@@ -1,0 +1,324 @@
+#include "exact_gemm.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "moenum/error.h"
+
+namespace moenum::reference {
+namespace {
+
+uint64_t f64_bits(double d) {
+  uint64_t u;
+  std::memcpy(&u, &d, 8);
+  return u;
+}
+uint32_t f32_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+constexpr int kBitsTotal = 68 * 32;
+
+// Carry-propagate so that limbs 0..n-2 hold 32-bit digits and the top limb holds the sign (0 or -1).
+void propagate(int64_t* limb, int n) {
+  int64_t carry = 0;
+  for (int i = 0; i < n - 1; ++i) {
+    const int64_t v = limb[i] + carry;
+    limb[i] = v & 0xFFFFFFFF;
+    carry = v >> 32;  // arithmetic shift (C++20)
+  }
+  limb[n - 1] += carry;
+}
+
+}  // namespace
+
+double gamma(int64_t n, double u) {
+  const double nu = double(n) * u;
+  MOENUM_CHECK(nu < 1.0, "gamma(n, u): n*u must be < 1");
+  return nu / (1.0 - nu);
+}
+
+// ---- ExactSum ------------------------------------------------------------------------------------
+
+void ExactSum::add(double v) {
+  const uint64_t u = f64_bits(v);
+  const uint64_t e = (u >> 52) & 0x7FF;
+  uint64_t m = u & ((uint64_t{1} << 52) - 1);
+  if (e == 0 && m == 0) return;
+  // v = m * 2^(shift - 1074): bit 0 of the accumulator weighs 2^-1074, the smallest subnormal.
+  int shift = 0;
+  if (e != 0) {
+    m |= uint64_t{1} << 52;
+    shift = int(e) - 1;
+  }
+  const int d = shift >> 5, o = shift & 31;
+  const unsigned __int128 w = static_cast<unsigned __int128>(m) << o;  // <= 84 bits
+  const int64_t d0 = int64_t(uint64_t(w) & 0xFFFFFFFF);
+  const int64_t d1 = int64_t(uint64_t(w >> 32) & 0xFFFFFFFF);
+  const int64_t d2 = int64_t(uint64_t(w >> 64));
+  if (u >> 63) {
+    limb_[d] -= d0;
+    limb_[d + 1] -= d1;
+    limb_[d + 2] -= d2;
+  } else {
+    limb_[d] += d0;
+    limb_[d + 1] += d1;
+    limb_[d + 2] += d2;
+  }
+  // Each add moves a limb by < 2^32; normalise long before an int64 limb could overflow.
+  if (++adds_ == (int64_t{1} << 30)) normalize();
+}
+
+void ExactSum::add_product(double a, double b) {
+  const double p = a * b;
+  add(p);
+  add(std::fma(a, b, -p));  // the rounding error of a*b, exact (zero for fp32 operands)
+}
+
+void ExactSum::normalize() {
+  propagate(limb_, kLimbs);
+  adds_ = 0;
+}
+
+bool ExactSum::is_zero() const {
+  int64_t l[kLimbs];
+  std::memcpy(l, limb_, sizeof l);
+  propagate(l, kLimbs);
+  for (int i = 0; i < kLimbs; ++i)
+    if (l[i] != 0) return false;
+  return true;
+}
+
+namespace {
+
+// Round a magnitude held in 32-bit digits D (bit 0 = 2^-1074) to `prec` significant bits, the
+// lowest kept bit being at least `min_lsb` (subnormals): returns mant and sets *lsb; ties to even.
+uint64_t round_magnitude(const uint32_t* D, int nd, int prec, int min_lsb, int* lsb_out, bool* zero) {
+  int top = -1;
+  for (int i = nd - 1; i >= 0; --i)
+    if (D[i]) {
+      top = 32 * i + 31 - std::countl_zero(D[i]);
+      break;
+    }
+  *zero = top < 0;
+  if (top < 0) return 0;
+  auto bit = [&](int i) -> uint64_t { return (D[i >> 5] >> (i & 31)) & 1u; };
+  const int lsb = std::max(top - (prec - 1), min_lsb);
+  uint64_t mant = 0;
+  for (int b = top; b >= lsb; --b) mant = (mant << 1) | bit(b);
+  uint64_t round = 0;
+  bool sticky = false;
+  if (lsb >= 1) {
+    const int rb = lsb - 1;
+    round = bit(rb);
+    const int rd = rb >> 5;
+    if (D[rd] & ((uint32_t{1} << (rb & 31)) - 1)) sticky = true;
+    for (int i = 0; i < rd && !sticky; ++i) sticky = D[i] != 0;
+  }
+  if (round && (sticky || (mant & 1))) ++mant;  // may carry to 2^prec: still exact below
+  *lsb_out = lsb;
+  return mant;
+}
+
+// Normalised digits and sign of an accumulator.
+bool magnitude_digits(const int64_t* limb, int n, uint32_t* D) {
+  int64_t l[68];
+  std::memcpy(l, limb, sizeof(int64_t) * n);
+  propagate(l, n);
+  const bool neg = l[n - 1] < 0;
+  uint64_t carry = 1;
+  for (int i = 0; i < n - 1; ++i) {
+    const uint32_t d = uint32_t(l[i]);
+    if (neg) {  // two's complement negation: ~x + 1
+      const uint64_t t = uint64_t(uint32_t(~d)) + carry;
+      D[i] = uint32_t(t);
+      carry = t >> 32;
+    } else {
+      D[i] = d;
+    }
+  }
+  return neg;
+}
+
+}  // namespace
+
+float ExactSum::round_f32() const {
+  static_assert(kLimbs == 68 && kBitsTotal == 2176, "accumulator layout");
+  uint32_t D[kLimbs - 1];
+  const bool neg = magnitude_digits(limb_, kLimbs, D);
+  int lsb = 0;
+  bool zero = false;
+  // fp32: 24 bits; the smallest subnormal 2^-149 is bit 925.
+  const uint64_t mant = round_magnitude(D, kLimbs - 1, 24, 1074 - 149, &lsb, &zero);
+  if (zero) return 0.0f;
+  // Exact in fp64 (mant <= 2^24); the conversion is exact too, or overflows to inf where it must.
+  const float f = static_cast<float>(std::ldexp(double(mant), lsb - 1074));
+  return neg ? -f : f;
+}
+
+double ExactSum::round_f64() const {
+  uint32_t D[kLimbs - 1];
+  const bool neg = magnitude_digits(limb_, kLimbs, D);
+  int lsb = 0;
+  bool zero = false;
+  const uint64_t mant = round_magnitude(D, kLimbs - 1, 53, 0, &lsb, &zero);
+  if (zero) return 0.0;
+  const double d = std::ldexp(double(mant), lsb - 1074);  // exact, or inf on overflow
+  return neg ? -d : d;
+}
+
+// ---- certification -----------------------------------------------------------------------------
+
+int lsb_exponent(double v) {
+  const uint64_t u = f64_bits(v);
+  const int e = int((u >> 52) & 0x7FF);
+  uint64_t m = u & ((uint64_t{1} << 52) - 1);
+  if (e == 0x7FF || (e == 0 && m == 0)) return kNoGrid;
+  if (e != 0) m |= uint64_t{1} << 52;
+  return (e == 0 ? -1074 : e - 1075) + std::countr_zero(m);
+}
+
+int grid_exponent(const double* v, int64_t n, int64_t stride) {
+  int q = kNoGrid;
+  for (int64_t i = 0; i < n; ++i) q = std::min(q, lsb_exponent(v[i * stride]));
+  return q;
+}
+
+bool certify_f32(double c, double s, int64_t n, int q, float* out) {
+  if (!std::isfinite(c) || !std::isfinite(s)) {  // inf/NaN operands: IEEE fp64 result, uncertified
+    *out = static_cast<float>(c);
+    return true;
+  }
+  if (s == 0.0) {  // every product is zero: the exact sum is zero
+    *out = 0.0f;
+    return true;
+  }
+  // (1) exact: all terms on the grid 2^q and s < 2^(q+53) (s, rounded, is >= 2^(q+53) whenever the
+  // true sum of magnitudes is, since 2^(q+53) is representable and rounding is monotone).
+  if (q < kNoGrid / 2 && q + 53 > -1074 && s < std::ldexp(1.0, std::min(q + 53, 1100))) {
+    *out = static_cast<float>(c);  // c is the exact sum: one correct rounding, ties to even
+    return true;
+  }
+  // (2) bounded: gamma(n, 2^-53) * S_true <= 2*(n+1)*2^-53 * s covers the rounding of s itself; twice that
+  // again absorbs the rounding of c +- bound, so the interval below contains the exact sum.
+  const double bound = 4.0 * double(n + 2) * 0x1p-53 * s;
+  const float lo = static_cast<float>(c - bound), hi = static_cast<float>(c + bound);
+  if (f32_bits(lo) != f32_bits(hi)) return false;  // bits, not ==: -0 and +0 must not certify
+  *out = lo;
+  return true;
+}
+
+float dot_rn_f32(const double* a, const double* b, int64_t K, int64_t sa, int64_t sb, GemmStats* stats) {
+  double c = 0.0, s = 0.0;
+  for (int64_t k = 0; k < K; ++k) {
+    const double p = a[k * sa] * b[k * sb];
+    c += p;
+    s += std::fabs(p);
+  }
+  const int q = std::min(grid_exponent(a, K, sa) + grid_exponent(b, K, sb), kNoGrid);
+  float out;
+  const bool fast = certify_f32(c, s, K, q, &out);
+  if (!fast) {
+    ExactSum acc;
+    for (int64_t k = 0; k < K; ++k) acc.add_product(a[k * sa], b[k * sb]);
+    out = acc.round_f32();
+  }
+  if (stats) {
+    stats->outputs += 1;
+    stats->exact_path += fast ? 0 : 1;
+  }
+  return out;
+}
+
+// ---- GEMMs -------------------------------------------------------------------------------------
+
+Matrix gemm_nt_rn_f32(const Matrix& A, const Matrix& B, const Vector* bias, GemmStats* stats,
+                      const ExactGemmOptions& opt) {
+  const int64_t M = A.rows(), N = B.rows(), K = A.cols();
+  MOENUM_CHECK(B.cols() == K, "gemm_nt_rn_f32: A and B disagree on K");
+  MOENUM_CHECK(!bias || bias->size() == N, "gemm_nt_rn_f32: bias length must be N");
+  Matrix C(M, N);
+  if (M == 0 || N == 0) return C;
+  Matrix Cd, S;
+  if (!opt.force_exact) {
+    Cd.noalias() = A * B.transpose();
+    S.noalias() = A.cwiseAbs() * B.cwiseAbs().transpose();
+    if (bias) {
+      Cd.rowwise() += bias->transpose();
+      S.rowwise() += bias->cwiseAbs().transpose();
+    }
+  }
+  const int64_t nterms = K + (bias ? 1 : 0);
+  // Grid exponents of the rows of A and B (and of the bias terms), for the exactness certificate.
+  std::vector<int> qa(M), qb(N);
+  for (int64_t i = 0; i < M; ++i) qa[i] = grid_exponent(A.data() + i * K, K);
+  for (int64_t j = 0; j < N; ++j) {
+    qb[j] = grid_exponent(B.data() + j * K, K);
+  }
+  int64_t exact = 0;
+  for (int64_t i = 0; i < M; ++i) {
+    for (int64_t j = 0; j < N; ++j) {
+      float v;
+      int q = std::min(qa[i] + qb[j], kNoGrid);
+      if (bias) q = std::min(q, lsb_exponent((*bias)(j)));
+      if (opt.force_exact || !certify_f32(Cd(i, j), S(i, j), nterms, q, &v)) {
+        ExactSum acc;
+        const double* a = A.data() + i * K;
+        const double* b = B.data() + j * K;
+        for (int64_t k = 0; k < K; ++k) acc.add_product(a[k], b[k]);
+        if (bias) acc.add((*bias)(j));
+        v = acc.round_f32();
+        ++exact;
+      }
+      C(i, j) = v;
+    }
+  }
+  if (stats) {
+    stats->outputs += M * N;
+    stats->exact_path += exact;
+  }
+  return C;
+}
+
+Matrix gemm_nn_rn_f32(const Matrix& A, const Matrix& B, GemmStats* stats) {
+  const Matrix Bt = B.transpose();
+  return gemm_nt_rn_f32(A, Bt, nullptr, stats);
+}
+
+Matrix gemm_tn_rn_f32(const Matrix& A, const Matrix& B, GemmStats* stats) {
+  const Matrix At = A.transpose(), Bt = B.transpose();
+  return gemm_nt_rn_f32(At, Bt, nullptr, stats);
+}
+
+Matrix abs_product_nt(const Matrix& A, const Matrix& B) {
+  MOENUM_CHECK(A.cols() == B.cols(), "abs_product_nt: A and B disagree on K");
+  Matrix S = A.cwiseAbs() * B.cwiseAbs().transpose();
+  return S;
+}
+
+Matrix gemm_nt_f64_seq(const Matrix& A, const Matrix& B, const Vector* bias) {
+  const int64_t M = A.rows(), N = B.rows(), K = A.cols();
+  MOENUM_CHECK(B.cols() == K, "gemm_nt_f64_seq: A and B disagree on K");
+  MOENUM_CHECK(!bias || bias->size() == N, "gemm_nt_f64_seq: bias length must be N");
+  const Matrix Bt = B.transpose();  // K x N, so the inner loop runs over outputs (vectorisable)
+  Matrix C = Matrix::Zero(M, N);
+  for (int64_t i = 0; i < M; ++i) {
+    double* c = C.data() + i * N;
+    const double* a = A.data() + i * K;
+    for (int64_t k = 0; k < K; ++k) {  // each c[j] sums its products in k order
+      const double ak = a[k];
+      const double* b = Bt.data() + k * N;
+      for (int64_t j = 0; j < N; ++j) c[j] += ak * b[j];
+    }
+    if (bias)
+      for (int64_t j = 0; j < N; ++j) c[j] += (*bias)(j);
+  }
+  return C;
+}
+
+}  // namespace moenum::reference

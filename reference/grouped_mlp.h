@@ -1,0 +1,347 @@
+// The grouped MoE MLP layer on the CPU, forward and backward (numerics.md §1), templated on a numeric
+// policy (numeric_policy.h): GoldenPolicy (fp64), Fp32Policy, Bf16Policy, later MXFP8.
+//
+// Work is split into (rank, local expert) segments of the dispatch plan, run in parallel with
+// OpenMP; nothing a segment computes depends on another segment or on the thread count. The
+// combines (y, dx) then sum each token's routed rows in ascending expert id order.
+//
+// Pad rows: a zero pad row (row_token -1) has x = 0 and dy = 0; a router pad row (a real token with
+// slot -1) has its token's x and dy and p = 0. Both go through every GEMM of their segment (they
+// matter for MXFP8 block scales) but, having a = 0 and dact = 0, add nothing to any gradient; only
+// routed rows (slot >= 0) enter the combines and dprobs.
+#pragma once
+#include <algorithm>
+#include <array>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "exact_gemm.h"
+#include "moenum/dispatch_plan.h"
+#include "moenum/error.h"
+#include "moenum/problem.h"
+#include "moenum/scenario.h"
+#include "moenum/tensor.h"
+#include "numeric_policy.h"
+
+namespace moenum::reference {
+
+struct LayerOptions {
+  bool bias = true;                    // model.bias: b1 and b2 used, db1/db2 produced
+  // separate: h = round(round(h_gemm) + b1) in Real (TE grouped-tensor path). epilogue: b1 is one
+  // more term of the exact FC1 sum, rounded once (cuBLASLt bias epilogue, idealised).
+  std::string bias_mode = "separate";
+  bool backward = true;                // false: y only (finite-difference tests)
+  bool keep_stages = false;            // keep h, act, a, o, out, da, dh, dx_row
+};
+
+inline LayerOptions layer_options(const Scenario& sc) {
+  LayerOptions o;
+  o.bias = sc.model.bias;
+  o.bias_mode = sc.recipe.bias_mode;
+  o.keep_stages = sc.output.intermediates;
+  return o;
+}
+
+struct LayerResult {
+  std::map<std::string, Tensor> outputs;  // y, dx, dw1, dw2, db1, db2 (bias only), dprobs
+  // Per-row intermediates, all rows of all ranks concatenated in rank order (plan row order).
+  std::map<std::string, Tensor> stages;
+  std::array<GemmStats, kNumGemms> gemm_stats{};
+  GemmStats reduction_stats;              // dprobs dot products, db1/db2 reductions
+};
+
+namespace detail {
+
+struct Segment {
+  int64_t rank, local, expert, begin, end;
+};
+
+// Per-rank row buffers, written by disjoint segments.
+struct RankRows {
+  Matrix out, dx_row;      // [rows, H]
+  std::vector<double> dp;  // [rows]
+  Matrix h, act, a, o, da, dh;
+};
+
+inline Matrix tensor_block(const Tensor& t, int64_t index, int64_t rows, int64_t cols) {
+  return Eigen::Map<const Matrix>(t.data.data() + index * rows * cols, rows, cols);
+}
+
+inline Tensor concat_rows(const std::vector<RankRows>& rr, Matrix RankRows::*field, int64_t cols,
+                          const char* dtype) {
+  int64_t rows = 0;
+  for (const auto& r : rr) rows += (r.*field).rows();
+  Tensor t({rows, cols}, dtype);
+  int64_t at = 0;
+  for (const auto& r : rr) {
+    const Matrix& m = r.*field;
+    std::copy(m.data(), m.data() + m.size(), t.data.begin() + at);
+    at += m.size();
+  }
+  return t;
+}
+
+inline void check_plan(const Problem& prob, const DispatchPlan& plan, const LayerOptions& opt) {
+  MOENUM_CHECK(opt.bias_mode == "separate" || opt.bias_mode == "epilogue",
+               "bias_mode must be separate or epilogue, got '" + opt.bias_mode + "'");
+  MOENUM_CHECK(plan.ep >= 1 && int64_t(plan.ranks.size()) == plan.ep, "plan: ranks.size() != ep");
+  MOENUM_CHECK(plan.experts_per_rank * plan.ep == prob.E, "plan: experts_per_rank * ep != E");
+  for (const auto& rp : plan.ranks) {
+    const size_t n = rp.row_token.size();
+    MOENUM_CHECK(rp.row_expert.size() == n && rp.row_slot.size() == n && rp.row_prob.size() == n,
+                 "plan: row vectors of one rank differ in length");
+    MOENUM_CHECK(int64_t(rp.segment_offset.size()) == plan.experts_per_rank + 1,
+                 "plan: segment_offset must have experts_per_rank + 1 entries");
+    MOENUM_CHECK(rp.segment_offset.front() == 0 && rp.segment_offset.back() == int64_t(n),
+                 "plan: segment_offset must run from 0 to the number of rows");
+    for (size_t i = 0; i < n; ++i) {
+      MOENUM_CHECK(rp.row_token[i] >= -1 && rp.row_token[i] < prob.T, "plan: row_token out of range");
+      MOENUM_CHECK(rp.row_slot[i] >= -1 && rp.row_slot[i] < prob.k, "plan: row_slot out of range");
+      MOENUM_CHECK(rp.row_token[i] >= 0 || rp.row_slot[i] == -1, "plan: a zero pad row has a slot");
+    }
+  }
+}
+
+}  // namespace detail
+
+template <class Policy>
+LayerResult grouped_mlp(const Policy& pol, const Problem& prob, const DispatchPlan& plan,
+                        const LayerOptions& opt) {
+  using R = typename Policy::Real;
+  using detail::RankRows;
+  detail::check_plan(prob, plan, opt);
+  const int64_t T = prob.T, H = prob.H, F = prob.F, E = prob.E, k = prob.k;
+  const int64_t F2 = 2 * F;
+  const bool epilogue = opt.bias && opt.bias_mode == "epilogue";
+  const char* act_dt = Policy::act_dtype;
+  const char* grad_dt = Policy::grad_dtype;
+
+  std::vector<detail::Segment> segs;
+  std::vector<RankRows> rows(plan.ranks.size());
+  for (int64_t r = 0; r < plan.ep; ++r) {
+    const RankPlan& rp = plan.ranks[r];
+    const int64_t n = int64_t(rp.row_token.size());
+    rows[r].out = Matrix::Zero(n, H);
+    rows[r].dp.assign(n, 0.0);
+    if (opt.backward) rows[r].dx_row = Matrix::Zero(n, H);
+    if (opt.keep_stages) {
+      rows[r].h = Matrix::Zero(n, F2);
+      rows[r].act = rows[r].a = Matrix::Zero(n, F);
+      rows[r].o = Matrix::Zero(n, H);
+      if (opt.backward) {
+        rows[r].da = Matrix::Zero(n, F);
+        rows[r].dh = Matrix::Zero(n, F2);
+      }
+    }
+    for (int64_t le = 0; le < plan.experts_per_rank; ++le) {
+      const int64_t e = r * plan.experts_per_rank + le;
+      const int64_t b = rp.segment_offset[le], en = rp.segment_offset[le + 1];
+      for (int64_t i = b; i < en; ++i) MOENUM_CHECK(rp.row_expert[i] == e, "plan: row_expert disagrees with its segment");
+      segs.push_back({r, le, e, b, en});
+    }
+  }
+
+  LayerResult res;
+  Tensor dw1({E, F2, H}, grad_dt), dw2({E, H, F}, grad_dt), db1({E, F2}, grad_dt), db2({E, H}, grad_dt);
+  std::vector<std::array<GemmStats, kNumGemms + 1>> seg_stats(segs.size());
+
+  const auto Q = [&pol](const Matrix& m, Gemm g, Operand op) { return pol.quantize_operand(m, g, op); };
+
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t s = 0; s < int64_t(segs.size()); ++s) {
+    const detail::Segment sg = segs[s];
+    const RankPlan& rp = plan.ranks[sg.rank];
+    RankRows& rr = rows[sg.rank];
+    auto& st = seg_stats[s];
+    auto gs = [&st](Gemm g) -> GemmStats& { return st[static_cast<int>(g)]; };
+    GemmStats& red = st[kNumGemms];
+    const int64_t e = sg.expert, M = sg.end - sg.begin;
+
+    // ---- gather: x rows of real tokens (router pad rows included), zeros for zero pad rows
+    Matrix X = Matrix::Zero(M, H);
+    std::vector<double> p(M);
+    for (int64_t i = 0; i < M; ++i) {
+      const int64_t t = rp.row_token[sg.begin + i];
+      if (t >= 0) X.row(i) = Eigen::Map<const Eigen::RowVectorXd>(prob.x.row(t), H);
+      p[i] = double(rp.row_prob[sg.begin + i]);
+    }
+    const Matrix W1 = detail::tensor_block(prob.w1, e, F2, H);
+    const Matrix W2 = detail::tensor_block(prob.w2, e, H, F);
+    const Vector b1 = Eigen::Map<const Vector>(prob.b1.data.data() + e * F2, F2);
+    const Vector b2 = Eigen::Map<const Vector>(prob.b2.data.data() + e * H, H);
+
+    // ---- forward
+    // FC1: h = x . w1^T (+ b1)
+    Matrix Hm = pol.gemm(Q(X, Gemm::kFc1Fprop, Operand::kA), Q(W1, Gemm::kFc1Fprop, Operand::kB),
+                         Gemm::kFc1Fprop, epilogue ? &b1 : nullptr, gs(Gemm::kFc1Fprop));
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < F2; ++j) {
+        R v = pol.round_act(R(Hm(i, j)));
+        if (opt.bias && !epilogue) v = pol.round_act(v + R(b1(j)));
+        Hm(i, j) = v;
+      }
+    // act = silu(g) * l ; a = round(act * p)
+    Matrix Act(M, F), A(M, F);
+    for (int64_t i = 0; i < M; ++i) {
+      const R pi = R(p[i]);
+      for (int64_t j = 0; j < F; ++j) {
+        const R g = R(Hm(i, j)), l = R(Hm(i, F + j));
+        const R act = pol.silu(g) * l;
+        Act(i, j) = act;
+        A(i, j) = pol.round_act(act * pi);
+      }
+    }
+    // FC2: o = a . w2^T ; out = round(o + b2 * p)
+    Matrix O = pol.gemm(Q(A, Gemm::kFc2Fprop, Operand::kA), Q(W2, Gemm::kFc2Fprop, Operand::kB),
+                        Gemm::kFc2Fprop, nullptr, gs(Gemm::kFc2Fprop));
+    for (int64_t i = 0; i < M; ++i) {
+      const R pi = R(p[i]);
+      for (int64_t j = 0; j < H; ++j) {
+        const R o = pol.round_act(R(O(i, j)));
+        O(i, j) = o;
+        rr.out(sg.begin + i, j) = opt.bias ? pol.round_act(o + R(b2(j)) * pi) : o;
+      }
+    }
+    if (opt.keep_stages) {
+      rr.h.middleRows(sg.begin, M) = Hm;
+      rr.act.middleRows(sg.begin, M) = Act;
+      rr.a.middleRows(sg.begin, M) = A;
+      rr.o.middleRows(sg.begin, M) = O;
+    }
+    if (!opt.backward) continue;
+
+    // ---- backward. Every row of a real token gets its token's dy (the combine has no probs).
+    Matrix DY = Matrix::Zero(M, H);
+    for (int64_t i = 0; i < M; ++i) {
+      const int64_t t = rp.row_token[sg.begin + i];
+      if (t >= 0) DY.row(i) = Eigen::Map<const Eigen::RowVectorXd>(prob.dy.row(t), H);
+    }
+    // db2 = sum_i p_i dy_i
+    if (opt.bias)
+      for (int64_t j = 0; j < H; ++j) db2.data[e * H + j] = pol.dot(p.data(), DY.data() + j, M, 1, H, red);
+    // FC2 dgrad: da = dy . w2
+    Matrix DA = pol.gemm(Q(DY, Gemm::kFc2Dgrad, Operand::kA), Q(W2.transpose(), Gemm::kFc2Dgrad, Operand::kB),
+                         Gemm::kFc2Dgrad, nullptr, gs(Gemm::kFc2Dgrad));
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < F; ++j) DA(i, j) = pol.round_act(R(DA(i, j)));
+    // FC2 wgrad: dw2 = dy^T . a  (accumulator precision, no further rounding)
+    {
+      const Matrix DW2 = pol.gemm(Q(DY.transpose(), Gemm::kFc2Wgrad, Operand::kA),
+                                  Q(A.transpose(), Gemm::kFc2Wgrad, Operand::kB), Gemm::kFc2Wgrad, nullptr,
+                                  gs(Gemm::kFc2Wgrad));
+      std::copy(DW2.data(), DW2.data() + H * F, dw2.data.begin() + e * H * F);
+    }
+    // dp = dot(dy, b2) + dot(da, act): each dot rounded once, then added in Real
+    for (int64_t i = 0; i < M; ++i) {
+      R dp = pol.dot(DA.data() + i * F, Act.data() + i * F, F, 1, 1, red);
+      if (opt.bias) dp = pol.dot(DY.data() + i * H, b2.data(), H, 1, 1, red) + dp;
+      rr.dp[sg.begin + i] = dp;
+    }
+    // dact = da * p ; dg = dact * l * silu'(g) ; dl = dact * silu(g) ; dh = round([dg, dl])
+    Matrix DH(M, F2);
+    for (int64_t i = 0; i < M; ++i) {
+      const R pi = R(p[i]);
+      for (int64_t j = 0; j < F; ++j) {
+        const R g = R(Hm(i, j)), l = R(Hm(i, F + j));
+        const R dact = R(DA(i, j)) * pi;
+        const R dg = dact * l * pol.dsilu(g);
+        const R dl = dact * pol.silu(g);
+        DH(i, j) = pol.round_act(dg);
+        DH(i, F + j) = pol.round_act(dl);
+      }
+    }
+    // FC1 dgrad: dx_row = dh . w1
+    {
+      const Matrix DXR = pol.gemm(Q(DH, Gemm::kFc1Dgrad, Operand::kA), Q(W1.transpose(), Gemm::kFc1Dgrad, Operand::kB),
+                                  Gemm::kFc1Dgrad, nullptr, gs(Gemm::kFc1Dgrad));
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < H; ++j) rr.dx_row(sg.begin + i, j) = pol.round_act(R(DXR(i, j)));
+    }
+    // FC1 wgrad: dw1 = dh^T . x
+    {
+      const Matrix DW1 = pol.gemm(Q(DH.transpose(), Gemm::kFc1Wgrad, Operand::kA),
+                                  Q(X.transpose(), Gemm::kFc1Wgrad, Operand::kB), Gemm::kFc1Wgrad, nullptr,
+                                  gs(Gemm::kFc1Wgrad));
+      std::copy(DW1.data(), DW1.data() + F2 * H, dw1.data.begin() + e * F2 * H);
+    }
+    // db1 = sum of dh rows
+    if (opt.bias) {
+      const std::vector<double> ones(M, 1.0);
+      for (int64_t j = 0; j < F2; ++j) db1.data[e * F2 + j] = pol.dot(ones.data(), DH.data() + j, M, 1, F2, red);
+    }
+    if (opt.keep_stages) {
+      rr.da.middleRows(sg.begin, M) = DA;
+      rr.dh.middleRows(sg.begin, M) = DH;
+    }
+  }
+
+  for (const auto& st : seg_stats) {
+    for (int g = 0; g < kNumGemms; ++g) res.gemm_stats[g] += st[g];
+    res.reduction_stats += st[kNumGemms];
+  }
+
+  // ---- combine: each token's routed rows (slot >= 0), ascending expert id, summed in Real
+  struct Entry {
+    int64_t token, expert, rank, row, slot;
+  };
+  std::vector<Entry> entries;
+  for (int64_t r = 0; r < plan.ep; ++r) {
+    const RankPlan& rp = plan.ranks[r];
+    for (int64_t i = 0; i < int64_t(rp.row_token.size()); ++i)
+      if (rp.row_slot[i] >= 0) entries.push_back({rp.row_token[i], rp.row_expert[i], r, i, rp.row_slot[i]});
+  }
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.token != b.token ? a.token < b.token : a.expert < b.expert;
+  });
+  for (size_t i = 1; i < entries.size(); ++i)
+    MOENUM_CHECK(entries[i].token != entries[i - 1].token || entries[i].expert != entries[i - 1].expert,
+                 "plan: a (token, expert) pair is routed twice");
+  std::vector<size_t> first(T + 1, entries.size());
+  for (size_t i = entries.size(); i-- > 0;) first[entries[i].token] = i;
+  for (int64_t t = T - 1; t >= 0; --t) first[t] = std::min(first[t], first[t + 1]);
+
+  const auto combine = [&](Matrix RankRows::*field, const char* name) {
+    Tensor out({T, H}, act_dt);
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<R> acc(H, R(0));
+      for (size_t n = first[t]; n < first[t + 1]; ++n) {
+        const Matrix& m = rows[entries[n].rank].*field;
+        for (int64_t j = 0; j < H; ++j) acc[j] += R(m(entries[n].row, j));
+      }
+      for (int64_t j = 0; j < H; ++j) out.data[t * H + j] = pol.round_act(acc[j]);
+    }
+    res.outputs[name] = std::move(out);
+  };
+  combine(&RankRows::out, "y");
+
+  if (opt.backward) {
+    combine(&RankRows::dx_row, "dx");
+    Tensor dprobs({T, k}, grad_dt);
+    for (const Entry& en : entries) dprobs.data[en.token * k + en.slot] = rows[en.rank].dp[en.row];
+    res.outputs["dprobs"] = std::move(dprobs);
+    res.outputs["dw1"] = std::move(dw1);
+    res.outputs["dw2"] = std::move(dw2);
+    if (opt.bias) {
+      res.outputs["db1"] = std::move(db1);
+      res.outputs["db2"] = std::move(db2);
+    }
+  }
+
+  if (opt.keep_stages) {
+    res.stages["h"] = detail::concat_rows(rows, &RankRows::h, F2, act_dt);
+    res.stages["act"] = detail::concat_rows(rows, &RankRows::act, F, Policy::grad_dtype);
+    res.stages["a"] = detail::concat_rows(rows, &RankRows::a, F, act_dt);
+    res.stages["o"] = detail::concat_rows(rows, &RankRows::o, H, act_dt);
+    res.stages["out"] = detail::concat_rows(rows, &RankRows::out, H, act_dt);
+    if (opt.backward) {
+      res.stages["da"] = detail::concat_rows(rows, &RankRows::da, F, act_dt);
+      res.stages["dh"] = detail::concat_rows(rows, &RankRows::dh, F2, act_dt);
+      res.stages["dx_row"] = detail::concat_rows(rows, &RankRows::dx_row, H, act_dt);
+    }
+  }
+  return res;
+}
+
+}  // namespace moenum::reference

@@ -1,0 +1,124 @@
+// Numeric policies of the CPU layer (grouped_mlp.h): what the elementwise arithmetic runs in, where
+// values are rounded, how each GEMM accumulates, and how its operands are quantized. Small value
+// types, in the spirit of CUTLASS's host reference GEMM (accumulator type and convert op as policies).
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "exact_gemm.h"
+#include "moenum/activation.h"
+#include "moenum/bf16.h"
+
+namespace moenum::reference {
+
+// The six GEMMs of the layer. Each is computed in "NT form", C = A . B^T, with both operands laid
+// out [rows x K], the reduction dim K contiguous along a row:
+//
+//   gemm        C            A (rows x K)        B (rows x K)        TE usage of (A, B)
+//   kFc1Fprop   h   [M,2F]   x      [M, H]       w1_e   [2F, H]      rowwise, rowwise
+//   kFc1Dgrad   dx  [M, H]   dh     [M, 2F]      w1_e^T [H, 2F]      rowwise, columnwise
+//   kFc1Wgrad   dw1 [2F, H]  dh^T   [2F, M]      x^T    [H, M]       columnwise, columnwise
+//   kFc2Fprop   o   [M, H]   a      [M, F]       w2_e   [H, F]       rowwise, rowwise
+//   kFc2Dgrad   da  [M, F]   dy     [M, H]       w2_e^T [F, H]       rowwise, columnwise
+//   kFc2Wgrad   dw2 [H, F]   dy^T   [H, M]       a^T    [F, M]       columnwise, columnwise
+//
+// (M = rows of one expert segment, pad rows included.) So an MX block of 32 along the reduction dim
+// is always 32 consecutive elements of one row of the operand as it is handed over.
+enum class Gemm : int { kFc1Fprop = 0, kFc1Dgrad, kFc1Wgrad, kFc2Fprop, kFc2Dgrad, kFc2Wgrad };
+enum class Operand : int { kA = 0, kB };
+inline constexpr int kNumGemms = 6;
+
+inline const char* gemm_name(Gemm g) {
+  static const char* names[] = {"fc1_fprop", "fc1_dgrad", "fc1_wgrad", "fc2_fprop", "fc2_dgrad", "fc2_wgrad"};
+  return names[static_cast<int>(g)];
+}
+
+// Whether an operand is used "columnwise" in TransformerEngine's sense (scaled along the tensor's
+// first dim, i.e. its transpose is what arrives here).
+inline bool is_columnwise(Gemm g, Operand op) {
+  switch (g) {
+    case Gemm::kFc1Wgrad:
+    case Gemm::kFc2Wgrad: return true;
+    case Gemm::kFc1Dgrad:
+    case Gemm::kFc2Dgrad: return op == Operand::kB;
+    default: return false;
+  }
+}
+
+// ---- rounding ops: where a value is stored, what it is rounded to -------------------------------
+struct RoundNone {
+  static constexpr const char* dtype = "fp64";
+  double operator()(double v) const { return v; }
+};
+struct RoundF32 {
+  static constexpr const char* dtype = "fp32";
+  float operator()(float v) const { return v; }
+};
+struct RoundBf16 {
+  static constexpr const char* dtype = "bf16";
+  float operator()(float v) const { return round_bf16(v); }
+};
+
+// ---- golden: fp64 everywhere, no quantization, no intermediate rounding --------------------------
+struct GoldenPolicy {
+  using Real = double;                                // elementwise arithmetic
+  static constexpr const char* act_dtype = "fp64";    // y, dx and the activation stages
+  static constexpr const char* grad_dtype = "fp64";   // dw1, dw2, db1, db2, dprobs
+  static constexpr const char* gemm_attr = "fp64, products summed in k order";
+
+  Real round_act(Real v) const { return v; }
+  Matrix quantize_operand(const Matrix& m, Gemm, Operand) const { return m; }
+  Matrix gemm(const Matrix& A, const Matrix& B, Gemm, const Vector* bias, GemmStats& st) const {
+    st.outputs += A.rows() * B.rows();
+    return gemm_nt_f64_seq(A, B, bias);
+  }
+  // sum_k a[k*sa] * b[k*sb]: the dprobs dot products and the bias-gradient reductions.
+  Real dot(const double* a, const double* b, int64_t K, int64_t sa, int64_t sb, GemmStats& st) const {
+    double c = 0.0;
+    for (int64_t k = 0; k < K; ++k) c += a[k * sa] * b[k * sb];
+    st.outputs += 1;
+    return c;
+  }
+  Real silu(Real x) const { return x / (1.0 + std::exp(-x)); }
+  Real dsilu(Real x) const {
+    const double s = 1.0 / (1.0 + std::exp(-x));
+    return s * (1.0 + x * (1.0 - s));
+  }
+};
+
+// ---- reference recipes (fp32, bf16): exact GEMMs, fp32 elementwise, ActRound storage -------------
+// GEMM operands are exactly what is stored (bf16 or fp32 values); each GEMM output is the correctly
+// rounded fp32 value of the exact sum (the "ideal" accumulator), then rounded by ActRound, except
+// the wgrads, which stay fp32 (main_grad). The dprobs dot products and the db reductions are exact
+// sums rounded once to fp32, so they are order-independent too.
+template <class ActRound>
+struct ExactRecipePolicy {
+  using Real = float;
+  static constexpr const char* act_dtype = ActRound::dtype;
+  static constexpr const char* grad_dtype = "fp32";
+  static constexpr const char* gemm_attr = "ideal: exact sum of products, rounded once to fp32";
+  ActRound round;
+
+  Real round_act(Real v) const { return round(v); }
+
+  // THE QUANTIZATION HOOK. Every one of the six GEMMs fetches both operands through here, in NT form
+  // (see the table at Gemm: [rows x K], blocks along K = along a row). Identity for fp32 and bf16.
+  // An MXFP8 policy derives from Bf16Policy and overrides this (rowwise vs columnwise per
+  // is_columnwise(g, op); E4M3 or E5M2 for the gradient operands dy/dh), returning the dequantized
+  // values, which are exact in fp32 and so in the exact GEMM.
+  Matrix quantize_operand(const Matrix& m, Gemm, Operand) const { return m; }
+
+  Matrix gemm(const Matrix& A, const Matrix& B, Gemm, const Vector* bias, GemmStats& st) const {
+    return gemm_nt_rn_f32(A, B, bias, &st);
+  }
+  Real dot(const double* a, const double* b, int64_t K, int64_t sa, int64_t sb, GemmStats& st) const {
+    return dot_rn_f32(a, b, K, sa, sb, &st);
+  }
+  Real silu(Real x) const { return silu_f32(x); }
+  Real dsilu(Real x) const { return dsilu_f32(x); }
+};
+
+using Fp32Policy = ExactRecipePolicy<RoundF32>;
+using Bf16Policy = ExactRecipePolicy<RoundBf16>;
+
+}  // namespace moenum::reference

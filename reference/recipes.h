@@ -1,0 +1,53 @@
+// Recipes of the `reference` backend, registered by name (fp32, bf16 in reference_backend.cpp; a
+// later file registers mxfp8 with its own policy), so that no switch over recipe names grows here.
+#pragma once
+#include <functional>
+#include <map>
+#include <string>
+
+#include "grouped_mlp.h"
+#include "moenum/backend.h"
+
+namespace moenum::reference {
+
+// Runs the layer with the recipe's policy, built from the scenario (scale rounding, grad format...).
+using RecipeRunner =
+    std::function<LayerResult(const Scenario&, const Problem&, const DispatchPlan&, const LayerOptions&)>;
+
+std::map<std::string, RecipeRunner>& recipe_registry();
+
+struct RecipeRegistrar {
+  RecipeRegistrar(const std::string& name, RecipeRunner f) { recipe_registry()[name] = std::move(f); }
+};
+
+// MOENUM_REGISTER_REFERENCE_RECIPE("mxfp8", mxfp8, [](const Scenario& sc) { return Mxfp8Policy(sc.recipe); });
+// The last argument makes the policy from the scenario; ID is any identifier unique in the file.
+#define MOENUM_REGISTER_REFERENCE_RECIPE(NAME, ID, ...)                                          \
+  static ::moenum::reference::RecipeRegistrar moenum_recipe_registrar_##ID(                               \
+      NAME, [](const ::moenum::Scenario& sc, const ::moenum::Problem& prob, const ::moenum::DispatchPlan& plan, \
+               const ::moenum::reference::LayerOptions& opt) {                                            \
+        return ::moenum::reference::grouped_mlp((__VA_ARGS__)(sc), prob, plan, opt);                      \
+      })
+
+// Outputs, stages and GEMM statistics as a BackendResult.
+inline BackendResult to_backend_result(LayerResult&& r, const char* gemm_attr) {
+  BackendResult out;
+  out.outputs = std::move(r.outputs);
+  out.stages = std::move(r.stages);
+  out.attrs["gemm"] = gemm_attr;
+  GemmStats all;
+  for (int g = 0; g < kNumGemms; ++g) {
+    const GemmStats& s = r.gemm_stats[g];
+    all += s;
+    out.attrs[std::string("exact_path.") + gemm_name(static_cast<Gemm>(g))] =
+        std::to_string(s.exact_path) + "/" + std::to_string(s.outputs);
+  }
+  out.attrs["gemm_outputs"] = std::to_string(all.outputs);
+  out.attrs["exact_path_outputs"] = std::to_string(all.exact_path);
+  out.attrs["exact_path_fraction"] = std::to_string(all.exact_fraction());
+  out.attrs["exact_path.reductions"] =
+      std::to_string(r.reduction_stats.exact_path) + "/" + std::to_string(r.reduction_stats.outputs);
+  return out;
+}
+
+}  // namespace moenum::reference
