@@ -1,0 +1,110 @@
+// Forward grouped GEMM throughput of the two GPU engines on the MoE shapes of gpu-machine.md
+// (D[M,N] = A[M,K] . B_e^T per expert, bf16 in, fp32 accumulate, bf16 out). Prints CSV:
+//   shape,dist,engine,groups,M,N,K,ms,tflops
+// Counts: uniform, or zipf s=1.2 over the experts, both rounded to multiples of 16 (the same rule as
+// bench/gpu_peer_torch.py, so the peer runs the identical problem). Median of 20 after 3 warm-ups.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "device_buffer.h"
+#include "gemm/cublaslt_engine.h"
+#include "kernels/layer_kernels.h"
+#ifdef MOENUM_HAVE_CUTLASS
+#include "sm90/cutlass_engine.h"
+#endif
+
+using namespace moenum::gpu;
+
+struct BenchShape {
+  const char* name;
+  int groups;
+  int64_t M, N, K;
+};
+
+std::vector<int64_t> make_counts(int G, int64_t M, bool zipf) {
+  std::vector<double> w(G);
+  for (int e = 0; e < G; ++e) w[e] = zipf ? 1.0 / std::pow(e + 1.0, 1.2) : 1.0;
+  double sum = 0;
+  for (double v : w) sum += v;
+  std::vector<int64_t> c(G);
+  int64_t used = 0;
+  for (int e = 0; e < G; ++e) used += (c[e] = static_cast<int64_t>(std::floor(M * w[e] / sum / 16)) * 16);
+  c[0] += M - used;  // remainder (a multiple of 16 when M is) to the first expert
+  return c;
+}
+
+__global__ void fill_bf16(uint16_t* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    const float v = (static_cast<float>(h & 0xFFFF) / 65536.0f - 0.5f) * 0.25f;
+    p[i] = static_cast<uint16_t>(__float_as_uint(v) >> 16);
+  }
+}
+
+int main() {
+  const BenchShape shapes[] = {
+      {"dsv3_fc1_ep8", 32, 32768, 4096, 7168}, {"dsv3_fc2_ep8", 32, 32768, 7168, 2048},
+      {"qwen3_30b_fc1", 128, 65536, 1536, 2048}, {"qwen3_30b_fc2", 128, 65536, 2048, 768},
+      {"mixtral_fc1", 8, 16384, 28672, 4096},
+  };
+  cudaStream_t s;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  std::printf("shape,dist,engine,groups,M,N,K,ms,tflops\n");
+  for (const auto& sh : shapes) {
+    DeviceBuffer<uint16_t> A(sh.M * sh.K), B(size_t(sh.groups) * sh.N * sh.K), D(sh.M * sh.N);
+    fill_bf16<<<1024, 256, 0, s>>>(A.get(), A.size(), 1);
+    fill_bf16<<<1024, 256, 0, s>>>(B.get(), B.size(), 2);
+    DeviceBuffer<int64_t> counts(sh.groups), offsets(sh.groups + 1);
+    for (bool zipf : {false, true}) {
+      counts.upload(make_counts(sh.groups, sh.M, zipf), s);
+      launch_counts_to_offsets(counts.get(), offsets.get(), sh.groups, s);
+      GroupedGemmDesc g;
+      g.id = 0, g.kind = GemmKind::Fprop, g.groups = sh.groups, g.n = sh.N, g.k = sh.K, g.a = A.get(),
+      g.d_rows = D.get(), g.counts = counts.get(), g.offsets = offsets.get();
+      for (int e = 0; e < sh.groups; ++e) g.b_expert.push_back(B.get() + size_t(e) * sh.N * sh.K);
+      std::vector<std::pair<std::string, std::unique_ptr<GemmEngine>>> engines;
+#ifdef MOENUM_HAVE_CUTLASS
+      engines.emplace_back("gpu.grouped", make_cutlass_sm90_engine());
+#endif
+      engines.emplace_back("gpu.multistream", std::make_unique<CublasLtEngine>());
+      for (auto& [name, eng] : engines) {
+        cudaEvent_t t0, t1;
+        cudaEventCreate(&t0);
+        cudaEventCreate(&t1);
+        std::vector<float> ms;
+        for (int it = 0; it < 23; ++it) {
+          cudaEventRecord(t0, s);
+          eng->begin(counts.get(), sh.groups, s);  // multistream: its D2H copy + sync is part of the cost
+          eng->run(g, s);
+          cudaEventRecord(t1, s);
+          cudaEventSynchronize(t1);
+          float m = 0;
+          cudaEventElapsedTime(&m, t0, t1);
+          if (it >= 3) ms.push_back(m);
+        }
+        std::sort(ms.begin(), ms.end());
+        const double med = ms[ms.size() / 2];
+        const double tflops = 2.0 * sh.M * sh.N * sh.K / (med * 1e-3) / 1e12;
+        std::printf("%s,%s,%s,%d,%ld,%ld,%ld,%.4f,%.1f\n", sh.name, zipf ? "zipf1.2" : "uniform", name.c_str(),
+                    sh.groups, long(sh.M), long(sh.N), long(sh.K), med, tflops);
+        std::fflush(stdout);
+        cudaEventDestroy(t0);
+        cudaEventDestroy(t1);
+      }
+    }
+  }
+  cudaError_t e = cudaDeviceSynchronize();
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "CUDA error: %s\n", cudaGetErrorString(e));
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,40 @@
+// gpu.multistream: TE's multi-stream fallback. One device-to-host copy of the counts, then one
+// cuBLASLt GEMM per non-empty expert over several streams; FC1's bias in the cuBLASLt epilogue when
+// the scenario asks for bias_mode epilogue.
+#include "backend_support.h"
+#include "device.h"
+#include "gemm/cublaslt_engine.h"
+#include "grouped_mlp.h"
+#include "moenum/error.h"
+
+namespace moenum::gpu {
+namespace {
+
+class GpuMultistreamBackend final : public Backend {
+ public:
+  Availability available(const Scenario& sc) const override { return gpu_support(sc, GpuCaps{false, true}); }
+
+  BackendResult run(const RunContext& ctx) override {
+    Availability av = available(ctx.scenario);
+    MOENUM_CHECK(av.ok, "gpu.multistream cannot run " + ctx.scenario.name + ": " + av.reason);
+    MlpOptions opt;
+    opt.discrete_weights = ctx.scenario.weights == "discrete";
+    opt.bias = ctx.scenario.model.bias;
+    opt.fc1_bias_in_epilogue = ctx.scenario.recipe.bias_mode == "epilogue";
+    GroupedMlp mlp(ctx, std::make_unique<CublasLtEngine>(), opt);
+    mlp.poison_outputs(nullptr);
+    mlp.forward(nullptr);
+    mlp.backward(nullptr);
+    BackendResult r = mlp.download(ctx.scenario.output.intermediates, nullptr);
+    r.attrs["gemm_path"] = mlp.engine().path();
+    r.attrs["recipe_path"] = "bf16";
+    r.attrs["device"] = device_description();
+    return r;
+  }
+};
+
+}  // namespace
+}  // namespace moenum::gpu
+
+using moenum::gpu::GpuMultistreamBackend;
+MOENUM_REGISTER_BACKEND("gpu.multistream", GpuMultistreamBackend);

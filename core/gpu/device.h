@@ -1,0 +1,18 @@
+// Whether a CUDA device is usable here, in the Availability form the backend registry expects.
+#pragma once
+#include <string>
+
+#include "moenum/backend.h"
+
+namespace moenum::gpu {
+
+// not_run with reason "no CUDA device" when cudaGetDeviceCount fails or reports 0.
+Availability cuda_availability();
+
+// "NVIDIA H200 sm_90 driver 13000 runtime 13000" or "none".
+std::string device_description();
+
+// Compute capability major*10+minor of the current device, 0 if none.
+int device_sm();
+
+}  // namespace moenum::gpu

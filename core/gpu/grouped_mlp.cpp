@@ -1,0 +1,252 @@
+#include "grouped_mlp.h"
+
+#include <algorithm>
+#include <tuple>
+
+#include "cuda_check.h"
+#include "kernels/layer_kernels.h"
+#include "moenum/bf16.h"
+
+namespace moenum::gpu {
+
+namespace {
+
+std::vector<uint16_t> to_bf16(const double* v, size_t n) {
+  std::vector<uint16_t> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = bf16_bits_rn(static_cast<float>(v[i]));  // exact: values are bf16
+  return out;
+}
+
+void upload_bf16(DeviceBuffer<uint16_t>& d, const double* v, size_t n, cudaStream_t s) {
+  auto h = to_bf16(v, n);
+  d.reset(n);
+  if (n) MOENUM_CUDA_CHECK(cudaMemcpyAsync(d.get(), h.data(), n * 2, cudaMemcpyHostToDevice, s));
+  MOENUM_CUDA_CHECK(cudaStreamSynchronize(s));  // h goes out of scope
+}
+
+Tensor bf16_tensor(const DeviceBuffer<uint16_t>& d, std::vector<int64_t> shape, cudaStream_t s) {
+  Tensor t(std::move(shape), "bf16");
+  auto h = d.download(s);
+  MOENUM_CHECK(static_cast<int64_t>(h.size()) == t.size(), "bf16 download size mismatch");
+  for (size_t i = 0; i < h.size(); ++i) t.data[i] = bf16_to_f32(h[i]);
+  return t;
+}
+
+Tensor fp32_tensor(const std::vector<const DeviceBuffer<float>*>& parts, std::vector<int64_t> shape, cudaStream_t s) {
+  Tensor t(std::move(shape), "fp32");
+  size_t at = 0;
+  for (auto* p : parts) {
+    auto h = p->download(s);
+    for (float v : h) t.data.at(at++) = v;
+  }
+  MOENUM_CHECK(static_cast<int64_t>(at) == t.size(), "fp32 download size mismatch");
+  return t;
+}
+
+}  // namespace
+
+FlatPlan flatten_plan(const Routing& routing, const DispatchPlan& plan, int64_t T, int64_t E, int64_t k) {
+  FlatPlan f;
+  f.counts.assign(E, 0);
+  const int64_t epr = plan.experts_per_rank;
+  for (size_t r = 0; r < plan.ranks.size(); ++r) {
+    const RankPlan& rp = plan.ranks[r];
+    for (size_t i = 0; i < rp.row_token.size(); ++i) {
+      f.row_token.push_back(static_cast<int32_t>(rp.row_token[i]));
+      f.row_expert.push_back(rp.row_expert[i]);
+      f.row_slot.push_back(rp.row_slot[i]);
+      f.row_prob.push_back(rp.row_prob[i]);
+    }
+    for (size_t j = 0; j < rp.tokens_per_expert.size(); ++j) f.counts.at(r * epr + j) = rp.tokens_per_expert[j];
+  }
+  f.rows = static_cast<int64_t>(f.row_token.size());
+  // The grouped GEMMs need each expert's rows contiguous and in ascending expert order.
+  int64_t at = 0;
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t i = 0; i < f.counts[e]; ++i, ++at)
+      MOENUM_CHECK(at < f.rows && f.row_expert[at] == e, "dispatch plan rows are not grouped by ascending expert");
+  MOENUM_CHECK(at == f.rows, "dispatch plan counts do not add up to its rows");
+
+  // Combine index: per token, its routed (non-pad) rows sorted by expert id.
+  std::vector<std::vector<std::tuple<int32_t, int32_t, int32_t>>> per(T);  // (expert, row, slot)
+  for (int64_t r = 0; r < f.rows; ++r)
+    if (f.row_slot[r] >= 0 && f.row_token[r] >= 0) per.at(f.row_token[r]).emplace_back(f.row_expert[r], r, f.row_slot[r]);
+  f.crow.assign(T * k, -1);
+  f.cslot.assign(T * k, -1);
+  for (int64_t t = 0; t < T; ++t) {
+    auto& v = per[t];
+    std::sort(v.begin(), v.end());
+    MOENUM_CHECK(static_cast<int64_t>(v.size()) <= k, "token routed to more than k rows");
+    for (size_t i = 0; i < v.size(); ++i) {
+      f.crow[t * k + i] = std::get<1>(v[i]);
+      f.cslot[t * k + i] = std::get<2>(v[i]);
+    }
+  }
+  (void)routing;
+  return f;
+}
+
+GroupedMlp::GroupedMlp(const RunContext& ctx, std::unique_ptr<GemmEngine> engine, MlpOptions opt)
+    : opt_(opt), engine_(std::move(engine)) {
+  const Problem& p = ctx.problem;
+  T_ = p.T, H_ = p.H, F_ = p.F, E_ = p.E, k_ = p.k;
+  cudaStream_t s = nullptr;
+  upload_bf16(x_, p.x.data.data(), p.x.data.size(), s);
+  upload_bf16(dy_, p.dy.data.data(), p.dy.data.size(), s);
+  upload_bf16(b1_, p.b1.data.data(), p.b1.data.size(), s);
+  upload_bf16(b2_, p.b2.data.data(), p.b2.data.size(), s);
+  const size_t n1 = 2 * F_ * H_, n2 = H_ * F_;
+  const int nbuf = opt_.discrete_weights ? static_cast<int>(E_) : 1;
+  const size_t per1 = opt_.discrete_weights ? n1 : n1 * E_, per2 = opt_.discrete_weights ? n2 : n2 * E_;
+  w1_.resize(nbuf);
+  w2_.resize(nbuf);
+  dw1_.resize(nbuf);
+  dw2_.resize(nbuf);
+  for (int i = 0; i < nbuf; ++i) {
+    upload_bf16(w1_[i], p.w1.data.data() + i * per1, per1, s);
+    upload_bf16(w2_[i], p.w2.data.data() + i * per2, per2, s);
+    dw1_[i].reset(per1);
+    dw2_[i].reset(per2);
+  }
+  y_.reset(T_ * H_);
+  dx_.reset(T_ * H_);
+  db1_.reset(E_ * 2 * F_);
+  db2_.reset(E_ * H_);
+  dprobs_.reset(T_ * k_);
+  counts_.reset(E_);
+  offsets_.reset(E_ + 1);
+  set_plan(ctx.routing, ctx.plan, s);
+}
+
+void GroupedMlp::set_plan(const Routing& routing, const DispatchPlan& plan, cudaStream_t s) {
+  FlatPlan f = flatten_plan(routing, plan, T_, E_, k_);
+  MOENUM_CHECK(R_ == 0 || f.rows == R_, "set_plan: the row count changed (buffers are sized once)");
+  row_token_.upload(f.row_token, s);
+  row_expert_.upload(f.row_expert, s);
+  row_prob_.upload(f.row_prob, s);
+  crow_.upload(f.crow, s);
+  cslot_.upload(f.cslot, s);
+  counts_.upload(f.counts, s);
+  MOENUM_CUDA_CHECK(cudaStreamSynchronize(s));  // the host vectors die here
+  if (R_ == 0 && f.rows > 0) {
+    R_ = f.rows;
+    xd_.reset(R_ * H_);
+    h_.reset(R_ * 2 * F_);
+    a_.reset(R_ * F_);
+    o_.reset(R_ * H_);
+    dyd_.reset(R_ * H_);
+    da_.reset(R_ * F_);
+    dh_.reset(R_ * 2 * F_);
+    dxr_.reset(R_ * H_);
+    dp_.reset(R_);
+  }
+}
+
+GroupedGemmDesc GroupedMlp::desc(int id) const {
+  GroupedGemmDesc g;
+  g.id = id;
+  g.groups = static_cast<int>(E_);
+  g.counts = counts_.get();
+  g.offsets = offsets_.get();
+  auto w = [&](const std::vector<DeviceBuffer<uint16_t>>& v, size_t per) {
+    std::vector<const uint16_t*> out(E_);
+    for (int64_t e = 0; e < E_; ++e) out[e] = v.size() == 1 ? v[0].get() + e * per : v[e].get();
+    return out;
+  };
+  auto dw = [&](const std::vector<DeviceBuffer<float>>& v, size_t per) {
+    std::vector<float*> out(E_);
+    for (int64_t e = 0; e < E_; ++e) out[e] = v.size() == 1 ? v[0].get() + e * per : v[e].get();
+    return out;
+  };
+  const size_t n1 = 2 * F_ * H_, n2 = H_ * F_;
+  switch (id) {
+    case 0:  // FC1 fprop: h = x . w1^T
+      g.kind = GemmKind::Fprop, g.n = 2 * F_, g.k = H_, g.a = xd_.get(), g.b_expert = w(w1_, n1), g.d_rows = h_.get();
+      if (opt_.fc1_bias_in_epilogue && opt_.bias)
+        for (int64_t e = 0; e < E_; ++e) g.bias_expert.push_back(b1_.get() + e * 2 * F_);
+      break;
+    case 1:  // FC2 fprop: o = a . w2^T
+      g.kind = GemmKind::Fprop, g.n = H_, g.k = F_, g.a = a_.get(), g.b_expert = w(w2_, n2), g.d_rows = o_.get();
+      break;
+    case 2:  // FC2 dgrad: da = dy . w2
+      g.kind = GemmKind::Dgrad, g.n = F_, g.k = H_, g.a = dyd_.get(), g.b_expert = w(w2_, n2), g.d_rows = da_.get();
+      break;
+    case 3:  // FC2 wgrad: dw2 = dy^T . a
+      g.kind = GemmKind::Wgrad, g.m = H_, g.n = F_, g.a = dyd_.get(), g.b_rows = a_.get(), g.d_expert = dw(dw2_, n2);
+      break;
+    case 4:  // FC1 dgrad: dx_rows = dh . w1
+      g.kind = GemmKind::Dgrad, g.n = H_, g.k = 2 * F_, g.a = dh_.get(), g.b_expert = w(w1_, n1), g.d_rows = dxr_.get();
+      break;
+    case 5:  // FC1 wgrad: dw1 = dh^T . x
+      g.kind = GemmKind::Wgrad, g.m = 2 * F_, g.n = H_, g.a = dh_.get(), g.b_rows = xd_.get(), g.d_expert = dw(dw1_, n1);
+      break;
+  }
+  return g;
+}
+
+void GroupedMlp::poison_outputs(cudaStream_t s) {
+  for (auto* b : {&y_, &dx_, &xd_, &h_, &a_, &o_, &dyd_, &da_, &dh_, &dxr_}) b->poison(s);
+  for (auto* b : {&db1_, &db2_, &dprobs_, &dp_}) b->poison(s);
+}
+
+void GroupedMlp::forward(cudaStream_t s) {
+  launch_counts_to_offsets(counts_.get(), offsets_.get(), static_cast<int>(E_), s);
+  engine_->begin(counts_.get(), static_cast<int>(E_), s);
+  if (R_ > 0) {
+    launch_gather_rows(x_.get(), row_token_.get(), R_, H_, xd_.get(), s);
+    engine_->run(desc(0), s);
+    launch_act_fwd(h_.get(), (opt_.fc1_bias_in_epilogue || !opt_.bias) ? nullptr : b1_.get(), row_expert_.get(), row_prob_.get(), R_,
+                   F_, a_.get(), s);
+    engine_->run(desc(1), s);
+  }
+  launch_combine_fwd(o_.get(), opt_.bias ? b2_.get() : nullptr, row_expert_.get(), row_prob_.get(), crow_.get(), T_, k_, H_, y_.get(), s);
+}
+
+void GroupedMlp::backward(cudaStream_t s) {
+  for (auto& b : dw1_) b.zero(s);
+  for (auto& b : dw2_) b.zero(s);
+  db1_.zero(s);
+  db2_.zero(s);
+  dprobs_.zero(s);
+  if (R_ > 0) {
+    launch_gather_rows(dy_.get(), row_token_.get(), R_, H_, dyd_.get(), s);
+    engine_->run(desc(2), s);
+    engine_->run(desc(3), s);
+    launch_act_bwd(da_.get(), h_.get(), dyd_.get(), opt_.bias ? b2_.get() : nullptr, row_expert_.get(), row_prob_.get(), R_, F_, H_,
+                   dh_.get(), dp_.get(), s);
+    engine_->run(desc(4), s);
+    engine_->run(desc(5), s);
+    if (opt_.bias)
+      launch_bias_grads(dh_.get(), dyd_.get(), row_prob_.get(), offsets_.get(), static_cast<int>(E_), F_, H_,
+                        db1_.get(), db2_.get(), s);
+  }
+  launch_combine_bwd(dxr_.get(), dp_.get(), crow_.get(), cslot_.get(), T_, k_, H_, dx_.get(), dprobs_.get(), s);
+}
+
+BackendResult GroupedMlp::download(bool intermediates, cudaStream_t s) const {
+  MOENUM_CUDA_CHECK(cudaStreamSynchronize(s));
+  BackendResult r;
+  r.outputs["y"] = bf16_tensor(y_, {T_, H_}, s);
+  r.outputs["dx"] = bf16_tensor(dx_, {T_, H_}, s);
+  std::vector<const DeviceBuffer<float>*> p1, p2;
+  for (auto& b : dw1_) p1.push_back(&b);
+  for (auto& b : dw2_) p2.push_back(&b);
+  r.outputs["dw1"] = fp32_tensor(p1, {E_, 2 * F_, H_}, s);
+  r.outputs["dw2"] = fp32_tensor(p2, {E_, H_, F_}, s);
+  if (opt_.bias) {
+    r.outputs["db1"] = fp32_tensor({&db1_}, {E_, 2 * F_}, s);
+    r.outputs["db2"] = fp32_tensor({&db2_}, {E_, H_}, s);
+  }
+  r.outputs["dprobs"] = fp32_tensor({&dprobs_}, {T_, k_}, s);
+  if (intermediates && R_ > 0) {
+    r.stages["h"] = bf16_tensor(h_, {R_, 2 * F_}, s);
+    r.stages["a"] = bf16_tensor(a_, {R_, F_}, s);
+    r.stages["o"] = bf16_tensor(o_, {R_, H_}, s);
+    r.stages["da"] = bf16_tensor(da_, {R_, F_}, s);
+    r.stages["dh"] = bf16_tensor(dh_, {R_, 2 * F_}, s);
+    r.stages["dx_row"] = bf16_tensor(dxr_, {R_, H_}, s);
+  }
+  return r;
+}
+
+}  // namespace moenum::gpu

@@ -1,0 +1,83 @@
+#include "kernels/mx_quantize.h"
+
+#include <algorithm>
+
+#include "cuda_check.h"
+
+namespace moenum::gpu {
+namespace {
+
+constexpr int kTileRows = 32;   // one columnwise block high
+constexpr int kTileCols = 128;  // four rowwise blocks wide: 128 threads, one of each kind per thread
+
+// A 32 x 128 tile is read from global memory once (coalesced, into shared memory as fp32: bf16 ->
+// fp32 is exact); thread t then quantizes rowwise block (t / 4, t % 4) and columnwise block t, each
+// through the shared mx_quantize_block, writing its codes back strided.
+__global__ void mx_quantize_kernel(const uint16_t* x, int64_t rows, int64_t cols, Fp8Format fmt, ScaleRounding rnd,
+                                   uint8_t* q_row, uint8_t* s_row, uint8_t* q_col, uint8_t* s_col) {
+  __shared__ float tile[kTileRows][kTileCols + 1];
+  __shared__ uint8_t qr[kTileRows][kTileCols + 4];
+  __shared__ uint8_t qc[kTileRows][kTileCols + 4];
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kTileRows;
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kTileCols;
+  const int t = threadIdx.x;
+  const int64_t nrows = (rows - r0 < kTileRows ? rows - r0 : int64_t{kTileRows});
+  const int64_t ncols = (cols - c0 < kTileCols ? cols - c0 : int64_t{kTileCols});  // a multiple of 32
+  for (int i = 0; i < kTileRows; ++i)
+    tile[i][t] = (i < nrows && t < ncols) ? bf16_to_f32(x[(r0 + i) * cols + c0 + t]) : 0.0f;
+  __syncthreads();
+
+  const int64_t nb = cols / kMxBlock;
+  if (q_row) {
+    const int i = t / 4, b = t % 4;
+    if (i < nrows && b * kMxBlock < ncols)
+      s_row[(r0 + i) * nb + c0 / kMxBlock + b] =
+          mx_quantize_block(&tile[i][b * kMxBlock], 1, &qr[i][b * kMxBlock], 1, fmt, rnd);
+  }
+  if (q_col && nrows == kTileRows && t < ncols)
+    s_col[(r0 / kMxBlock) * cols + c0 + t] = mx_quantize_block(&tile[0][t], kTileCols + 1, &qc[0][t], kTileCols + 4, fmt, rnd);
+  __syncthreads();
+  for (int i = 0; i < nrows; ++i) {
+    if (t < ncols) {
+      if (q_row) q_row[(r0 + i) * cols + c0 + t] = qr[i][t];
+      if (q_col && nrows == kTileRows) q_col[(r0 + i) * cols + c0 + t] = qc[i][t];
+    }
+  }
+}
+
+__global__ void mx_swizzle_kernel(const uint8_t* plain, int64_t rows, int64_t scale_cols, bool transposed,
+                                  uint8_t* out) {
+  const int64_t prow = (rows + 127) / 128 * 128, pcol = (scale_cols + 3) / 4 * 4;
+  const int64_t n = prow * pcol;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = idx / pcol, j = idx % pcol;
+    uint8_t v = 0;
+    if (i < rows && j < scale_cols) v = transposed ? plain[j * rows + i] : plain[i * scale_cols + j];
+    out[mx_swizzle_index(i, j, scale_cols)] = v;
+  }
+}
+
+}  // namespace
+
+void launch_mx_quantize_bf16(const uint16_t* x, int64_t rows, int64_t cols, Fp8Format fmt, ScaleRounding rounding,
+                             uint8_t* q_row, uint8_t* s_row, uint8_t* q_col, uint8_t* s_col, cudaStream_t s) {
+  MOENUM_CHECK(cols % kMxBlock == 0, "mx_quantize: cols must be a multiple of 32");
+  MOENUM_CHECK(!q_col || rows % kMxBlock == 0, "mx_quantize: columnwise needs rows % 32 == 0");
+  if (rows == 0 || cols == 0) return;
+  dim3 grid(static_cast<unsigned>((cols + kTileCols - 1) / kTileCols), static_cast<unsigned>((rows + kTileRows - 1) / kTileRows));
+  mx_quantize_kernel<<<grid, kTileCols, 0, s>>>(x, rows, cols, fmt, rounding, q_row, s_row, q_col, s_col);
+  MOENUM_CUDA_LAUNCH_CHECK();
+}
+
+void launch_mx_swizzle_scales(const uint8_t* plain, int64_t rows, int64_t scale_cols, bool transposed,
+                              uint8_t* swizzled, cudaStream_t s) {
+  const int64_t n = mx_swizzled_size(rows, scale_cols);
+  if (n == 0) return;
+  const int threads = 256;
+  const int blocks = static_cast<int>(std::min<int64_t>((n + threads - 1) / threads, 4096));
+  mx_swizzle_kernel<<<blocks, threads, 0, s>>>(plain, rows, scale_cols, transposed, swizzled);
+  MOENUM_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace moenum::gpu

@@ -1,0 +1,37 @@
+// MXFP8 quantization on the GPU (numerics.md §5), using the shared per-block rules of mx.h so that
+// codes and scales are bit-identical to the CPU reference's.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "moenum/mx.h"
+
+namespace moenum::gpu {
+
+// One pass over a bf16 [rows, cols] tensor (row-major) producing both quantizations:
+//   rowwise:    q_row [rows, cols], s_row [rows, cols/32]    (blocks of 32 along a row)
+//   columnwise: q_col [rows, cols], s_col [rows/32, cols]    (blocks of 32 down a column)
+// Plain (unswizzled) scale layouts. cols % 32 == 0 is required; the columnwise outputs are written
+// only when rows % 32 == 0 (pass nullptr for them otherwise). Either pair may be nullptr.
+void launch_mx_quantize_bf16(const uint16_t* x, int64_t rows, int64_t cols, Fp8Format fmt, ScaleRounding rounding,
+                             uint8_t* q_row, uint8_t* s_row, uint8_t* q_col, uint8_t* s_col, cudaStream_t s);
+
+// Index of scale (i, j) of a plain [rows, scale_cols] scale matrix in the cuBLAS sm_100 128x4
+// swizzled layout, padded to [roundup(rows,128), roundup(scale_cols,4)] (numerics.md §5): i runs
+// along the non-reduced dimension, j along the blocks of 32 of the reduced one.
+__host__ __device__ inline int64_t mx_swizzle_index(int64_t i, int64_t j, int64_t scale_cols) {
+  const int64_t col_tiles = (scale_cols + 3) / 4;
+  return (i / 128 * col_tiles + j / 4) * 512 + (i % 128 % 32) * 16 + (i % 128 / 32) * 4 + j % 4;
+}
+inline int64_t mx_swizzled_size(int64_t rows, int64_t scale_cols) {
+  return (rows + 127) / 128 * 128 * ((scale_cols + 3) / 4 * 4);
+}
+
+// Plain scales [rows, scale_cols] -> swizzled buffer of mx_swizzled_size(rows, scale_cols) bytes,
+// padding zero. transposed = true reads the plain matrix as [scale_cols, rows] (columnwise scales
+// [rows/32, cols]: there i runs over the columns and j over the row blocks).
+void launch_mx_swizzle_scales(const uint8_t* plain, int64_t rows, int64_t scale_cols, bool transposed,
+                              uint8_t* swizzled, cudaStream_t s);
+
+}  // namespace moenum::gpu

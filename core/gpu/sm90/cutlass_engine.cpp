@@ -1,0 +1,36 @@
+#include "sm90/cutlass_engine.h"
+
+#include <map>
+
+#include "sm90/grouped_sm90.h"
+
+namespace moenum::gpu {
+namespace {
+
+class CutlassSm90Engine final : public GemmEngine {
+ public:
+  std::string path() const override { return "cutlass_sm90_grouped_device_sizes"; }
+  void begin(const int64_t*, int, cudaStream_t) override {}
+  void run(const GroupedGemmDesc& g, cudaStream_t s) override {
+    auto it = plans_.find(g.id);
+    if (it == plans_.end()) {
+      std::unique_ptr<sm90::GroupedGemmPlan> p;
+      switch (g.kind) {
+        case GemmKind::Fprop: p = sm90::make_fprop_plan(g); break;
+        case GemmKind::Dgrad: p = sm90::make_dgrad_plan(g); break;
+        case GemmKind::Wgrad: p = sm90::make_wgrad_plan(g); break;
+      }
+      it = plans_.emplace(g.id, std::move(p)).first;
+    }
+    it->second->launch(g, s);
+  }
+
+ private:
+  std::map<int, std::unique_ptr<sm90::GroupedGemmPlan>> plans_;
+};
+
+}  // namespace
+
+std::unique_ptr<GemmEngine> make_cutlass_sm90_engine() { return std::make_unique<CutlassSm90Engine>(); }
+
+}  // namespace moenum::gpu

@@ -1,0 +1,170 @@
+// The CUTLASS 3.x sm_90a grouped GEMM (TMA + wgmma, warp-specialized cooperative, ptr-array), bf16
+// operands, fp32 accumulate, void C (beta = 0, no source read), D row-major bf16 or fp32.
+// Only included by the three grouped_*.cu files, so each layout instantiates one kernel.
+#pragma once
+#include <cute/tensor.hpp>
+#include <cutlass/cutlass.h>
+#include <cutlass/epilogue/collective/collective_builder.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
+#include <cutlass/gemm/device/gemm_universal_adapter.h>
+#include <cutlass/gemm/dispatch_policy.hpp>
+#include <cutlass/gemm/group_array_problem_shape.hpp>
+#include <cutlass/gemm/kernel/gemm_universal.hpp>
+#include <cutlass/util/packed_stride.hpp>
+
+#include <string>
+
+#include "cuda_check.h"
+#include "sm90/grouped_sm90.h"
+#include "device_buffer.h"
+
+namespace moenum::gpu::sm90 {
+
+#define MOENUM_CUTLASS_CHECK(expr)                                                                 \
+  do {                                                                                             \
+    cutlass::Status st_ = (expr);                                                                  \
+    if (st_ != cutlass::Status::kSuccess)                                                          \
+      throw InternalError(std::string(__FILE__) + ":" + std::to_string(__LINE__) + ": CUTLASS " + \
+                          cutlassGetStatusString(st_) + " in " #expr);                             \
+  } while (0)
+
+using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
+using Shape3 = ProblemShape::UnderlyingProblemShape;
+
+template <class LayoutA, class LayoutB, class ElementD>
+struct GroupedKernel {
+  using ElementA = cutlass::bfloat16_t;
+  using ElementB = cutlass::bfloat16_t;
+  using Acc = float;
+  static constexpr int kAlignAB = 8;  // 16 bytes of bf16: TMA needs 16-byte aligned strides
+  static constexpr int kAlignD = 128 / cutlass::sizeof_bits<ElementD>::value;
+  // 128x128x64 cooperative, no cluster: a middle ground between the large DeepSeek/Mixtral groups
+  // and the many small Qwen groups; one config per layout keeps compile time down.
+  using TileShape = cute::Shape<cute::_128, cute::_128, cute::_64>;
+  using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
+  using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+
+  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, Acc, Acc,
+      void, cutlass::layout::RowMajor*, kAlignD,
+      ElementD, cutlass::layout::RowMajor*, kAlignD,
+      EpilogueSchedule, cutlass::epilogue::fusion::LinearCombination<ElementD, Acc>>::CollectiveOp;
+
+  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+      ElementA, LayoutA*, kAlignAB, ElementB, LayoutB*, kAlignAB, Acc, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
+      KernelSchedule>::CollectiveOp;
+
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+  using StrideA = typename Gemm::GemmKernel::InternalStrideA;
+  using StrideB = typename Gemm::GemmKernel::InternalStrideB;
+  using StrideC = typename Gemm::GemmKernel::InternalStrideC;
+  using StrideD = typename Gemm::GemmKernel::InternalStrideD;
+};
+
+// Per-group sizes and pointers from the device counts/offsets (one thread per group).
+//   rows_major: Fprop/Dgrad, the group's M is its row count, A and D advance by rows.
+//   otherwise : Wgrad, the group's K is its row count; an empty group gets M = 0 (no tiles, no
+//               K = 0 GEMM: its D keeps the zeros the layer wrote).
+template <class EA, class EB, class ED>
+__global__ void fill_groups(int groups, bool rows_major, int64_t m, int64_t n, int64_t k,
+                            const int64_t* counts, const int64_t* offsets, const EA* a, const EB* b_rows,
+                            const EB* const* b_expert, ED* d_rows, ED* const* d_expert, Shape3* shapes,
+                            const EA** pa, const EB** pb, ED** pd) {
+  int e = blockIdx.x * blockDim.x + threadIdx.x;
+  if (e >= groups) return;
+  int64_t cnt = counts[e], off = offsets[e];
+  if (rows_major) {
+    shapes[e] = Shape3(static_cast<int>(cnt), static_cast<int>(n), static_cast<int>(k));
+    pa[e] = a + off * k;
+    pb[e] = b_expert[e];
+    pd[e] = d_rows + off * n;
+  } else {
+    shapes[e] = Shape3(cnt > 0 ? static_cast<int>(m) : 0, static_cast<int>(n), static_cast<int>(cnt));
+    pa[e] = a + off * m;
+    pb[e] = b_rows + off * n;
+    pd[e] = d_expert[e];
+  }
+}
+
+template <class LayoutA, class LayoutB, class ElementD>
+class Plan final : public GroupedGemmPlan {
+  using K = GroupedKernel<LayoutA, LayoutB, ElementD>;
+  using EA = typename K::ElementA;
+  using EB = typename K::ElementB;
+
+ public:
+  explicit Plan(const GroupedGemmDesc& g) : groups_(g.groups) {
+    const bool rows_major = g.kind != GemmKind::Wgrad;
+    shapes_.reset(groups_);
+    pa_.reset(groups_);
+    pb_.reset(groups_);
+    pd_.reset(groups_);
+    // Strides do not depend on the counts: the variable extent is never a stride.
+    using cute::make_shape;
+    int M = rows_major ? 1 : static_cast<int>(g.m), N = static_cast<int>(g.n);
+    int Kd = rows_major ? static_cast<int>(g.k) : 1;
+    std::vector<typename K::StrideA> sa(groups_, cutlass::make_cute_packed_stride(typename K::StrideA{}, {M, Kd, 1}));
+    std::vector<typename K::StrideB> sb(groups_, cutlass::make_cute_packed_stride(typename K::StrideB{}, {N, Kd, 1}));
+    std::vector<typename K::StrideD> sd(groups_, cutlass::make_cute_packed_stride(typename K::StrideD{}, {M, N, 1}));
+    sa_.upload(sa);
+    sb_.upload(sb);
+    sd_.upload(sd);
+    if (rows_major) {
+      std::vector<const EB*> bw(groups_);
+      for (int e = 0; e < groups_; ++e) bw[e] = reinterpret_cast<const EB*>(g.b_expert.at(e));
+      b_expert_.upload(bw);
+    } else {
+      std::vector<ElementD*> dw(groups_);
+      for (int e = 0; e < groups_; ++e) dw[e] = reinterpret_cast<ElementD*>(g.d_expert.at(e));
+      d_expert_.upload(dw);
+    }
+    MOENUM_CUDA_CHECK(cudaStreamSynchronize(nullptr));  // uploads done before the host vectors go
+
+    int dev = 0;
+    MOENUM_CUDA_CHECK(cudaGetDevice(&dev));
+    auto hw = cutlass::KernelHardwareInfo::make_kernel_hardware_info<typename K::Kernel>(dev);
+    typename K::Gemm::Arguments args{
+        cutlass::gemm::GemmUniversalMode::kGrouped,
+        {groups_, shapes_.get(), nullptr},  // no host sizes: the kernel reads them on the device
+        {const_cast<const EA**>(pa_.get()), sa_.get(), const_cast<const EB**>(pb_.get()), sb_.get()},
+        {{}, nullptr, nullptr, pd_.get(), sd_.get()},
+        hw};
+    args.epilogue.thread.alpha = 1.0f;
+    args.epilogue.thread.beta = 0.0f;
+    MOENUM_CUTLASS_CHECK(gemm_.can_implement(args));
+    workspace_.reset(std::max<size_t>(K::Gemm::get_workspace_size(args), 1));
+    MOENUM_CUTLASS_CHECK(gemm_.initialize(args, workspace_.get()));
+  }
+
+  void launch(const GroupedGemmDesc& g, cudaStream_t s) override {
+    const bool rows_major = g.kind != GemmKind::Wgrad;
+    fill_groups<EA, EB, ElementD><<<(groups_ + 127) / 128, 128, 0, s>>>(
+        groups_, rows_major, g.m, g.n, g.k, g.counts, g.offsets, reinterpret_cast<const EA*>(g.a),
+        reinterpret_cast<const EB*>(g.b_rows), b_expert_.get(), reinterpret_cast<ElementD*>(g.d_rows),
+        d_expert_.get(), shapes_.get(), const_cast<const EA**>(pa_.get()), const_cast<const EB**>(pb_.get()),
+        pd_.get());
+    MOENUM_CUDA_LAUNCH_CHECK();
+    MOENUM_CUTLASS_CHECK(gemm_.run(s));
+  }
+
+ private:
+  int groups_;
+  typename K::Gemm gemm_;
+  DeviceBuffer<Shape3> shapes_;
+  DeviceBuffer<EA*> pa_;
+  DeviceBuffer<EB*> pb_;
+  DeviceBuffer<ElementD*> pd_;
+  DeviceBuffer<typename K::StrideA> sa_;
+  DeviceBuffer<typename K::StrideB> sb_;
+  DeviceBuffer<typename K::StrideD> sd_;
+  DeviceBuffer<const EB*> b_expert_;
+  DeviceBuffer<ElementD*> d_expert_;
+  DeviceBuffer<uint8_t> workspace_;
+};
+
+}  // namespace moenum::gpu::sm90

@@ -1,0 +1,64 @@
+// Helpers for the GPU gtests: skip (never pass) without a device, small scenarios, the per-element
+// GEMM bound of numerics.md §7, and CPU restatements of the elementwise stages built from the same
+// shared headers the kernels use.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "device.h"
+#include "moenum/scenario.h"
+
+#define MOENUM_REQUIRE_GPU()                                                   \
+  do {                                                                         \
+    auto av_ = ::moenum::gpu::cuda_availability();                             \
+    if (!av_.ok) GTEST_SKIP() << "GPU test skipped: " << av_.reason;           \
+  } while (0)
+
+namespace moenum::gputest {
+
+struct ScenarioSpec {
+  int64_t E = 8, H = 128, F = 64, k = 2, T = 256, ep = 1, align = 0;
+  std::string padding = "none", skew = "uniform", weights = "single", bias_mode = "separate";
+  bool bias = true;
+  double zipf_s = 0.0;
+  std::vector<int64_t> counts;
+  uint64_t seed = 7;
+};
+
+inline Scenario make_scenario(const ScenarioSpec& s) {
+  Scenario sc;
+  sc.name = "gpu-test";
+  sc.seed = s.seed;
+  sc.model.experts = s.E;
+  sc.model.hidden = s.H;
+  sc.model.ffn = s.F;
+  sc.model.topk = s.k;
+  sc.model.bias = s.bias;
+  sc.tokens = s.T;
+  sc.dispatch.ep = s.ep;
+  sc.dispatch.padding = s.padding;
+  sc.dispatch.align = s.align;
+  sc.routing.skew.kind = s.counts.empty() ? s.skew : "counts";
+  sc.routing.skew.s = s.zipf_s;
+  sc.routing.skew.counts = s.counts;
+  sc.weights = s.weights;
+  sc.recipe.bias_mode = s.bias_mode;
+  sc.output.intermediates = true;
+  return sc;
+}
+
+// |c - exact| <= gamma(K) * sum|a_i b_i| + half an ulp of the output type (bf16: 8 bits, fp32: 24)
+// at the larger of |c|, |exact|; plus the fp64 summation error of `exact` itself.
+inline bool within_gemm_bound(double c, double exact, double abs_sum, int64_t K, int mant_bits) {
+  const double u = std::ldexp(1.0, -24);
+  const double gamma = K * u / (1.0 - K * u);
+  const double mag = std::max(std::fabs(c), std::fabs(exact));
+  const double half_ulp = mag > 0 ? std::ldexp(1.0, std::ilogb(mag) - mant_bits) : 0.0;
+  const double slack = K * std::ldexp(1.0, -52) * abs_sum + 1e-300;
+  return std::fabs(c - exact) <= gamma * abs_sum + half_ulp + slack;
+}
+
+}  // namespace moenum::gputest
