@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# One command on a GPU machine: build the CUDA backends, run the GPU gtests (and compute-sanitizer
+# memcheck on a subset), the GPU scenarios through `moenum run`, and the GEMM bench with its
+# torch._grouped_mm peer; logs go to $OUT (default build/gpu-check), a summary table is printed last.
+#
+#   scripts/gpu-check.sh [STAGE...]     stages: build tests sanitize scenarios bench (default: all)
+#
+# Offline machines: packages the machine lacks can sit in .gpudeps/ (ignored by git):
+#   nvidia_cutlass-*.whl   CUTLASS C++ headers (unpacked with pip --target, found via CUTLASS_INCLUDE_DIR)
+#   libgtest-dev_*.deb     GoogleTest, when the system has none (unpacked under /tmp, never into /)
+#   libeigen3-dev_*.deb    Eigen, likewise
+# Exit code: 0 when every stage that ran passed, 1 otherwise.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+OUT=${OUT:-$ROOT/build/gpu-check}
+mkdir -p "$OUT"
+STAGES=("$@")
+[ ${#STAGES[@]} -eq 0 ] && STAGES=(build tests sanitize scenarios bench)
+want() { local s; for s in "${STAGES[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
+export PATH="/usr/local/cuda/bin:$PATH"
+JOBS=$(nproc)
+BUILD=build/gpu
+declare -A RESULT
+SUMMARY=()
+note() { RESULT[$1]=$2; SUMMARY+=("$(printf '%-10s %-8s %s' "$1" "$2" "$3")"); }
+
+# ---- dependencies carried in .gpudeps ----------------------------------------------------------
+CMAKE_EXTRA=()
+DEPS=/tmp/moenum-gpudeps
+if compgen -G ".gpudeps/nvidia_cutlass-*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$DEPS/site" .gpudeps/nvidia_cutlass-*.whl \
+    && CMAKE_EXTRA+=("-DCUTLASS_INCLUDE_DIR=$DEPS/site/cutlass_library/source/include")
+fi
+for deb in .gpudeps/libgtest-dev_*.deb .gpudeps/libeigen3-dev_*.deb; do
+  [ -f "$deb" ] || continue
+  case "$deb" in
+    *gtest*) [ -f /usr/lib/x86_64-linux-gnu/cmake/GTest/GTestConfig.cmake ] && continue ;;
+    *eigen*) [ -f /usr/share/eigen3/cmake/Eigen3Config.cmake ] && continue ;;
+  esac
+  dpkg -x "$deb" "$DEPS/root" && UNPACKED=1
+done
+[ -n "${UNPACKED:-}" ] && CMAKE_EXTRA+=("-DCMAKE_PREFIX_PATH=$DEPS/root/usr;$DEPS/root/usr/lib/x86_64-linux-gnu/cmake/GTest;$DEPS/root/usr/share/eigen3/cmake")
+
+# ---- build -------------------------------------------------------------------------------------
+if want build; then
+  t0=$SECONDS
+  if cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOENUM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
+       -DMOENUM_BUILD_TESTS=ON -DMOENUM_PYTHON=OFF -DMOENUM_GPU_BENCH=ON "${CMAKE_EXTRA[@]}" >"$OUT/build.log" 2>&1 \
+     && cmake --build $BUILD -j "$JOBS" >>"$OUT/build.log" 2>&1; then
+    note build ok "$((SECONDS - t0)) s, $(grep -o 'CUTLASS grouped GEMM.*' "$OUT/build.log" | head -1)"
+  else
+    note build FAILED "see build.log: $(grep -m1 -E 'error|Error' "$OUT/build.log")"
+  fi
+fi
+
+# ---- GPU gtests --------------------------------------------------------------------------------
+if want tests && [ -x $BUILD/moenum_gpu_tests ]; then
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader >"$OUT/gpu_tests.log" 2>&1
+  t0=$SECONDS
+  timeout 300 $BUILD/moenum_gpu_tests --gtest_output=xml:"$OUT/gpu_tests.xml" >>"$OUT/gpu_tests.log" 2>&1
+  rc=$?
+  line=$(grep -E '^\[  (PASSED|FAILED) |tests? ran' "$OUT/gpu_tests.log" | tr '\n' ' ')
+  skipped=$(grep -c '^\[  SKIPPED \]' "$OUT/gpu_tests.log")
+  [ $rc -eq 0 ] && note gtests ok "$((SECONDS - t0)) s; $line; skipped lines $skipped" \
+                || note gtests FAILED "rc $rc; $line; $(grep -m3 '^\[  FAILED  \]' "$OUT/gpu_tests.log" | tr '\n' ' ')"
+fi
+
+# ---- compute-sanitizer memcheck on a subset ------------------------------------------------------
+if want sanitize && [ -x $BUILD/moenum_gpu_tests ] && command -v compute-sanitizer >/dev/null; then
+  t0=$SECONDS
+  timeout 240 compute-sanitizer --tool memcheck --error-exitcode 3 $BUILD/moenum_gpu_tests \
+    --gtest_filter='Backends/GpuLayer.*uniform*:Backends/GpuLayer.*empty_and_single*:Shapes/GpuMx.*96x160*:GpuMxSwizzle.*:GpuGraph.*' \
+    >"$OUT/sanitizer.log" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] && note memcheck ok "$((SECONDS - t0)) s; $(grep -m1 'ERROR SUMMARY' "$OUT/sanitizer.log")" \
+                || note memcheck FAILED "rc $rc; $(grep -m1 'ERROR SUMMARY' "$OUT/sanitizer.log")"
+fi
+
+# ---- GPU scenarios through the Python package ----------------------------------------------------
+if want scenarios; then
+  t0=$SECONDS
+  {
+    python3 -m venv --system-site-packages /tmp/moenum-venv \
+      && /tmp/moenum-venv/bin/python -m pip install -q --no-build-isolation --no-deps -e . \
+           -Cbuild-dir=build/gpu-py -Ccmake.define.MOENUM_CUDA=ON -Ccmake.define.CMAKE_CUDA_ARCHITECTURES=90a \
+           $(for a in "${CMAKE_EXTRA[@]}"; do printf -- '-Ccmake.define.%s ' "${a#-D}"; done) \
+      && ls scenarios/*.yaml \
+      && timeout 300 /tmp/moenum-venv/bin/moenum run scenarios/smoke.yaml scenarios/padding.yaml scenarios/ep.yaml \
+           $(ls scenarios/mxfp8.yaml 2>/dev/null) -o /tmp/moenum-results \
+           --backends golden,reference,gpu.grouped,gpu.multistream
+  } >"$OUT/scenarios.log" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] && note scenarios ok "$((SECONDS - t0)) s; $(tail -1 "$OUT/scenarios.log")" \
+                || note scenarios FAILED "rc $rc; $(tail -1 "$OUT/scenarios.log")"
+fi
+
+# ---- bench: our engines and torch._grouped_mm on the same shapes, same run ------------------------
+if want bench && [ -x $BUILD/moenum_gpu_bench ]; then
+  t0=$SECONDS
+  { timeout 200 $BUILD/moenum_gpu_bench; timeout 200 python3 bench/gpu_peer_torch.py | tail -n +2; } >"$OUT/bench.csv" 2>"$OUT/bench.err"
+  if [ -s "$OUT/bench.csv" ]; then
+    note bench ok "$((SECONDS - t0)) s"
+  else
+    note bench FAILED "$(tail -1 "$OUT/bench.err")"
+  fi
+fi
+
+# ---- summary, last ----------------------------------------------------------------------------
+if [ -s "$OUT/bench.csv" ]; then
+  python3 - "$OUT/bench.csv" <<'PY' | tee "$OUT/bench_table.txt"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+peer = {(r["shape"], r["dist"]): float(r["tflops"]) for r in rows if r["engine"] == "torch._grouped_mm"}
+print(f"{'shape':<16}{'dist':<9}{'engine':<20}{'ms':>9}{'TFLOP/s':>9}{'vs torch':>9}")
+for r in rows:
+    p = peer.get((r["shape"], r["dist"]))
+    ratio = f"{float(r['tflops']) / p:.2f}" if p else "-"
+    print(f"{r['shape']:<16}{r['dist']:<9}{r['engine']:<20}{float(r['ms']):>9.3f}{float(r['tflops']):>9.1f}{ratio:>9}")
+PY
+fi
+echo
+echo "# gpu-check summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1))"
+printf '%s\n' "${SUMMARY[@]}"
+fail=0
+for k in "${!RESULT[@]}"; do [ "${RESULT[$k]}" = ok ] || fail=1; done
+[ $fail -eq 0 ] && echo "# gpu-check OK" || echo "# gpu-check FAILED"
+exit $fail
