@@ -25,37 +25,39 @@ MOENUM_HD constexpr uint32_t fp8_max_f32_bits(Fp8Format f) {
 }
 MOENUM_HD float fp8_max_normal(Fp8Format f) { return f32_from_bits(fp8_max_f32_bits(f)); }
 
-// v >> s rounded to nearest, ties to even (1 <= s <= 31). A carry out of the mantissa field lands
-// in the exponent field, which is exactly the right next value.
+// v >> s rounded to nearest, ties to even (1 <= s <= 31, v < 2^32 - 2^s): adding half-1 plus the
+// kept lsb carries exactly when the remainder is above half, or equal to it with an odd lsb. A carry
+// out of the mantissa field lands in the exponent field, which is exactly the right next value.
 MOENUM_HD uint32_t rne_shift_right(uint32_t v, int s) {
-  const uint32_t q = v >> s;
-  const uint32_t rem = v & ((1u << s) - 1u);
-  const uint32_t half = 1u << (s - 1);
-  return q + ((rem > half || (rem == half && (q & 1u))) ? 1u : 0u);
+  return (v + ((1u << (s - 1)) - 1u) + ((v >> s) & 1u)) >> s;
 }
 
-// fp32 -> FP8 code, round to nearest even, satfinite.
-MOENUM_HD uint8_t fp8_encode(float x, Fp8Format f) {
+// fp32 -> FP8 code, round to nearest even, satfinite. Branch-free (selects only), so it vectorizes on
+// the CPU and does not diverge on the GPU; the format is a compile-time constant.
+template <Fp8Format F>
+MOENUM_HD uint8_t fp8_encode_t(float x) {
+  constexpr int m = fp8_mantissa_bits(F);
+  constexpr int bias = fp8_bias(F);
+  constexpr uint32_t min_normal_bits = static_cast<uint32_t>(127 + 1 - bias) << 23;
+  // 2^(1-bias-m+23): an fp32 whose ulp is the FP8 subnormal unit 2^(1-bias-m).
+  constexpr uint32_t sub_magic_bits = static_cast<uint32_t>(127 + 1 - bias - m + 23) << 23;
   const uint32_t u = f32_bits(x);
   const uint32_t sign = (u >> 24) & 0x80u;
   const uint32_t a = u & 0x7FFFFFFFu;
-  if (a > 0x7F800000u) return kFp8NaN;
-  // Anything at or above max normal (inf included) saturates; below it rounding never passes it.
-  if (a >= fp8_max_f32_bits(f)) return static_cast<uint8_t>(sign | fp8_max_code(f));
-  const int m = fp8_mantissa_bits(f);
-  const int bias = fp8_bias(f);
-  const int e = static_cast<int>(a >> 23) - 127;  // unbiased fp32 exponent (-127 for subnormals)
-  if (e >= 1 - bias) {
-    // Normal in FP8: re-bias the exponent field in place, then round the mantissa away.
-    const uint32_t rebiased = a - (static_cast<uint32_t>(127 - bias) << 23);
-    return static_cast<uint8_t>(sign | rne_shift_right(rebiased, 23 - m));
-  }
-  // FP8 subnormal or zero: count units of 2^(1-bias-m) in the value 1.f * 2^e. fp32 subnormals
-  // are far below half the smallest FP8 subnormal, so they go to a signed zero.
-  const int s = (23 - m) + (1 - bias) - e;  // >= 24 - m here
-  if (e == -127 || s > 24) return static_cast<uint8_t>(sign);  // below half the smallest unit
-  const uint32_t significand = (a & 0x7FFFFFu) | 0x800000u;
-  return static_cast<uint8_t>(sign | rne_shift_right(significand, s));
+  // FP8 normal range: re-bias the exponent field in place, then round the mantissa away.
+  const uint32_t normal = rne_shift_right(a - (static_cast<uint32_t>(127 - bias) << 23), 23 - m);
+  // FP8 subnormal range (fp32 subnormals included): |x| + magic rounds |x| to a multiple of the unit,
+  // ties to even, in one IEEE addition; the low bits of the sum count the units (8 or 4 units is the
+  // smallest normal, whose code is the same count). Exact with or without flush-to-zero.
+  const uint32_t sub = f32_bits(f32_from_bits(a) + f32_from_bits(sub_magic_bits)) - sub_magic_bits;
+  uint32_t code = a >= min_normal_bits ? normal : sub;
+  // At or above max normal (inf included) saturate; below it rounding never passes max normal.
+  code = a >= fp8_max_f32_bits(F) ? fp8_max_code(F) : code;
+  return a > 0x7F800000u ? kFp8NaN : static_cast<uint8_t>(sign | code);
+}
+
+MOENUM_HD uint8_t fp8_encode(float x, Fp8Format f) {
+  return f == Fp8Format::E4M3 ? fp8_encode_t<Fp8Format::E4M3>(x) : fp8_encode_t<Fp8Format::E5M2>(x);
 }
 
 // FP8 code -> fp32, exact. E4M3 0x7F/0xFF and E5M2 exponent-31 NaNs decode to a quiet NaN with

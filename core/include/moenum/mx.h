@@ -29,7 +29,8 @@ MOENUM_HD float mx_inv_scale(uint8_t code, InvScaleRule rule) {
 // (bits(b) & 0x7FFFFFFF), and NaNs (magnitude bits above 0x7F800000) are skipped as fmaxf skips them.
 MOENUM_HD uint32_t mx_amax_bits_update(uint32_t acc, float x) {
   const uint32_t a = f32_bits(x) & 0x7FFFFFFFu;
-  return (a <= 0x7F800000u && a > acc) ? a : acc;
+  const uint32_t v = a <= 0x7F800000u ? a : 0u;
+  return v > acc ? v : acc;
 }
 
 MOENUM_HD uint8_t mx_quantize_element(float x, float inv_scale, Fp8Format f) {
@@ -41,14 +42,21 @@ MOENUM_HD float mx_dequantize_element(uint8_t q, uint8_t scale, Fp8Format f) {
 }
 
 // One block: 32 elements x[0], x[xs], ..., codes to q[0], q[qs], ...; returns the scale code.
-MOENUM_HD uint8_t mx_quantize_block(const float* x, ptrdiff_t xs, uint8_t* q, ptrdiff_t qs, Fp8Format f,
-                                    ScaleRounding r, InvScaleRule rule = InvScaleRule::Spec) {
+template <Fp8Format F>
+MOENUM_HD uint8_t mx_quantize_block_t(const float* x, ptrdiff_t xs, uint8_t* q, ptrdiff_t qs, ScaleRounding r,
+                                      InvScaleRule rule = InvScaleRule::Spec) {
   uint32_t amax = 0;
   for (int i = 0; i < kMxBlock; ++i) amax = mx_amax_bits_update(amax, x[i * xs]);
-  const uint8_t code = e8m0_from_amax(f32_from_bits(amax), f, r);
+  const uint8_t code = e8m0_from_amax(f32_from_bits(amax), F, r);
   const float inv = mx_inv_scale(code, rule);
-  for (int i = 0; i < kMxBlock; ++i) q[i * qs] = mx_quantize_element(x[i * xs], inv, f);
+  for (int i = 0; i < kMxBlock; ++i) q[i * qs] = fp8_encode_t<F>(x[i * xs] * inv);
   return code;
+}
+
+MOENUM_HD uint8_t mx_quantize_block(const float* x, ptrdiff_t xs, uint8_t* q, ptrdiff_t qs, Fp8Format f,
+                                    ScaleRounding r, InvScaleRule rule = InvScaleRule::Spec) {
+  return f == Fp8Format::E4M3 ? mx_quantize_block_t<Fp8Format::E4M3>(x, xs, q, qs, r, rule)
+                              : mx_quantize_block_t<Fp8Format::E5M2>(x, xs, q, qs, r, rule);
 }
 
 MOENUM_HD void mx_dequantize_block(const uint8_t* q, ptrdiff_t qs, uint8_t scale, float* y, ptrdiff_t ys,
