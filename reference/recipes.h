@@ -1,6 +1,7 @@
 // Recipes of the `reference` backend, registered by name (fp32, bf16 in reference_backend.cpp; a
 // later file registers mxfp8 with its own policy), so that no switch over recipe names grows here.
 #pragma once
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <string>
@@ -44,7 +45,9 @@ inline BackendResult to_backend_result(LayerResult&& r, const char* gemm_attr) {
   }
   out.attrs["gemm_outputs"] = std::to_string(all.outputs);
   out.attrs["exact_path_outputs"] = std::to_string(all.exact_path);
-  out.attrs["exact_path_fraction"] = std::to_string(all.exact_fraction());
+  char frac[32];
+  std::snprintf(frac, sizeof frac, "%.3e", all.exact_fraction());
+  out.attrs["exact_path_fraction"] = frac;
   out.attrs["exact_path.reductions"] =
       std::to_string(r.reduction_stats.exact_path) + "/" + std::to_string(r.reduction_stats.outputs);
   return out;
