@@ -129,9 +129,11 @@ def run_all(args) -> list[dict]:
 def report(args, runs: list[dict]) -> str:
     ncores = os.cpu_count() or 1
     one, many = runs
+    load = " / ".join(f"{v:.2f}" for v in os.getloadavg())
     lines = [HEADING, "",
              f"Command: `{' '.join(['.venv/bin/python', 'bench/bench_mx_quantize.py', *sys.argv[1:]])}`  ",
-             f"Machine: {cpu_model()}, {ncores} cores (shared with other work while measured); "
+             f"Machine: {cpu_model()}, {ncores} cores, shared with other work (load average 1/5/15 min "
+             f"after the run: {load}; the {ncores}-thread figure drops when another job holds a core); "
              f"date {dt.date.today().isoformat()}; numpy {np.__version__}  ",
              f"Input: fp32 [{args.rows} x {args.cols}] = {one['mb']:.1f} MB, blocks of 32 along the last axis; "
              f"median of {args.reps} calls (peers: of {max(3, args.reps // 3)}), MB/s of fp32 input.", "",
@@ -150,8 +152,8 @@ def report(args, runs: list[dict]) -> str:
               "Ratios are single-thread moenum over the single-threaded peers. The numpy peer's values equal "
               "moenum's on this input for a fraction "
               + ", ".join(f"{one['results'][f]['numpy_values_equal']:.6f} ({f})" for f in args.formats)
-              + " of the elements (it has no satfinite/NaN/inf rules and takes the scale from log2 in "
-              "float64). Acceptance: >= 200 MB/s of fp32 input per core.", ""]
+              + " of the elements (it has no satfinite/NaN/inf rules and takes the scale from np.log2, "
+              "so it differs at the edges). Acceptance: >= 200 MB/s of fp32 input per core.", ""]
     return "\n".join(lines)
 
 
