@@ -29,7 +29,7 @@ note() { RESULT[$1]=$2; SUMMARY+=("$(printf '%-10s %-8s %s' "$1" "$2" "$3")"); }
 CMAKE_EXTRA=()
 DEPS=/tmp/moenum-gpudeps
 if compgen -G ".gpudeps/nvidia_cutlass-*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target "$DEPS/site" .gpudeps/nvidia_cutlass-*.whl \
+  python3 -m pip install -q --upgrade --no-index --no-deps --no-compile --target "$DEPS/site" .gpudeps/nvidia_cutlass-*.whl \
     && CMAKE_EXTRA+=("-DCUTLASS_INCLUDE_DIR=$DEPS/site/cutlass_library/source/include")
 fi
 for deb in .gpudeps/libgtest-dev_*.deb .gpudeps/libeigen3-dev_*.deb; do
@@ -80,14 +80,15 @@ fi
 # ---- GPU scenarios through the Python package ----------------------------------------------------
 if want scenarios; then
   t0=$SECONDS
+  # The Python module built by CMake into the same tree (incremental: only the bindings compile),
+  # then the package run from a temporary copy of bindings/moenum: no pip install needed offline.
   {
-    python3 -m venv --system-site-packages /tmp/moenum-venv \
-      && /tmp/moenum-venv/bin/python -m pip install -q --no-build-isolation --no-deps -e . \
-           -Cbuild-dir=build/gpu-py -Ccmake.define.MOENUM_CUDA=ON -Ccmake.define.CMAKE_CUDA_ARCHITECTURES=90a \
-           $(for a in "${CMAKE_EXTRA[@]}"; do printf -- '-Ccmake.define.%s ' "${a#-D}"; done) \
-      && ls scenarios/*.yaml \
-      && timeout 300 /tmp/moenum-venv/bin/moenum run scenarios/smoke.yaml scenarios/padding.yaml scenarios/ep.yaml \
-           $(ls scenarios/mxfp8.yaml 2>/dev/null) -o /tmp/moenum-results \
+    cmake -S . -B $BUILD -DMOENUM_PYTHON=ON -Dpybind11_DIR="$(python3 -m pybind11 --cmakedir)" "${CMAKE_EXTRA[@]}" \
+      && cmake --build $BUILD -j "$JOBS" --target _core \
+      && rm -rf /tmp/moenum-py && mkdir -p /tmp/moenum-py && cp -r bindings/moenum /tmp/moenum-py/ \
+      && cp $BUILD/_core*.so /tmp/moenum-py/moenum/ \
+      && PYTHONPATH=/tmp/moenum-py timeout 400 python3 -m moenum run scenarios/smoke.yaml scenarios/padding.yaml \
+           scenarios/ep.yaml $(ls scenarios/mxfp8.yaml 2>/dev/null) -o /tmp/moenum-results \
            --backends golden,reference,gpu.grouped,gpu.multistream
   } >"$OUT/scenarios.log" 2>&1
   rc=$?
