@@ -25,7 +25,7 @@ MOENUM_HD constexpr uint32_t fp8_max_f32_bits(Fp8Format f) {
 }
 MOENUM_HD float fp8_max_normal(Fp8Format f) { return f32_from_bits(fp8_max_f32_bits(f)); }
 
-// v >> s rounded to nearest, ties to even (1 <= s <= 31, v < 2^32 - 2^s): adding half-1 plus the
+// v >> s rounded to nearest, ties to even (1 <= s <= 31, v + 2^s < 2^32): adding half-1 plus the
 // kept lsb carries exactly when the remainder is above half, or equal to it with an odd lsb. A carry
 // out of the mantissa field lands in the exponent field, which is exactly the right next value.
 MOENUM_HD uint32_t rne_shift_right(uint32_t v, int s) {
@@ -44,7 +44,8 @@ MOENUM_HD uint8_t fp8_encode_t(float x) {
   const uint32_t u = f32_bits(x);
   const uint32_t sign = (u >> 24) & 0x80u;
   const uint32_t a = u & 0x7FFFFFFFu;
-  // FP8 normal range: re-bias the exponent field in place, then round the mantissa away.
+  // FP8 normal range: re-bias the exponent field in place, then round the mantissa away. (Below the
+  // range this wraps around harmlessly: the select below discards it.)
   const uint32_t normal = rne_shift_right(a - (static_cast<uint32_t>(127 - bias) << 23), 23 - m);
   // FP8 subnormal range (fp32 subnormals included): |x| + magic rounds |x| to a multiple of the unit,
   // ties to even, in one IEEE addition; the low bits of the sum count the units (8 or 4 units is the

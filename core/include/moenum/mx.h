@@ -6,6 +6,8 @@
 // 0xFE, +-inf -> +-max normal and finite elements -> x*2^-127 rounded, i.e. +-0 unless |x| is huge
 // (> 2^117 for E4M3, > 2^110 for E5M2).
 // Everything is MOENUM_HD and allocation-free, so a CUDA kernel can call the per-block functions.
+// CUDA code must keep fp32 subnormals (no --use_fast_math / -ftz=true): subnormal inputs scaled by
+// 2^127, amax*R at the rceil edge, the inverse scale of code 0xFE and the scale of code 0 all are.
 #pragma once
 #include <cstddef>
 #include <cstdint>
