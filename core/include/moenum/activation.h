@@ -6,6 +6,10 @@
 // _rn intrinsics (nvcc would otherwise contract a*b+c into an FMA, and --use_fast_math would change
 // the division); on the host plain IEEE operators, which requires -ffp-contract=off (set for
 // moenum_core) or a target without FMA. Fused operations are written as explicit fmaf.
+// Device code must keep subnormals (nvcc's default -ftz=false; NOT --use_fast_math, whose -ftz=true
+// flushes them even in the _rn intrinsics). Checked on the H200 (sm_90, nvcc 13.0, default flags):
+// exp_f32, silu_f32 and dsilu_f32 bit-identical to the host on 60.7 million inputs, every 37th fp32
+// bit pattern with |x| < 128, both signs, plus inf/NaN; with --use_fast_math, 0.1-1.5% differ.
 #pragma once
 #include <cmath>
 #include <cstdint>
