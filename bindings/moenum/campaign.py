@@ -6,7 +6,9 @@ whose file exists and holds the same expanded scenario.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import json
 import multiprocessing
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -87,12 +89,37 @@ class Progress:
               file=sys.stderr, flush=True)
 
 
+class CampaignIndex:
+    """`index.json` in the output folder: every point with its file and disposition, rewritten
+    atomically after each point, so a killed campaign still says what it had finished."""
+
+    def __init__(self, out, points: list[Scenario], shard: tuple[int, int] | None):
+        name = "index.json" if not shard else f"index.shard-{shard[0]}of{shard[1]}.json"
+        self.path = Path(out) / name
+        self.entries = {sc.name: {"name": sc.name, "file": result_path(out, sc.name).name,
+                                  "status": "pending", "dispositions": {},
+                                  "parameters": {k: v for k, v in sc.sweep_point.items()}}
+                        for sc in points}
+
+    def record(self, r: RunResult, resumed: bool = False):
+        self.entries[r.name].update(status="passed" if r.passed else "failed", resumed=resumed,
+                                    dispositions=dict(r.disposition))
+        self.write()
+
+    def write(self):
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps({"points": list(self.entries.values())}, indent=1, default=str))
+        os.replace(tmp, self.path)
+
+
 def run_points(points: list[Scenario], out="results", jobs: int = 1, resume: bool = False,
                shard: tuple[int, int] | None = None, backends=None, quiet: bool = False) -> Campaign:
     if shard:
         i, n = shard
         points = points[i::n]
     camp = Campaign()
+    index = CampaignIndex(out, points, shard)
     todo = []
     for sc in points:
         path = result_path(out, sc.name)
@@ -101,14 +128,19 @@ def run_points(points: list[Scenario], out="results", jobs: int = 1, resume: boo
             r.sweep_point = dict(sc.sweep_point)
             camp.results.append(r)
             camp.skipped.append(sc.name)
+            index.entries[sc.name].update(status="passed" if r.passed else "failed", resumed=True,
+                                          dispositions=dict(r.disposition))
         else:
             todo.append(sc)
+    index.write()
     progress = Progress(len(todo), quiet)
     finished: dict[str, RunResult] = {}
     if jobs <= 1 or len(todo) <= 1:
         for sc in todo:
             r = _run_point(sc, out, backends)
+            r.sweep_point = dict(sc.sweep_point)
             finished[sc.name] = r
+            index.record(r)
             progress.step(sc.name, "passed" if r.passed else "FAILED")
     else:
         # spawn, not fork: the C++ core uses OpenMP, whose thread pool does not survive fork
@@ -118,7 +150,9 @@ def run_points(points: list[Scenario], out="results", jobs: int = 1, resume: boo
             for fut in cf.as_completed(futures):
                 sc = futures[fut]
                 r = fut.result()
+                r.sweep_point = dict(sc.sweep_point)
                 finished[sc.name] = r
+                index.record(r)
                 progress.step(sc.name, "passed" if r.passed else "FAILED")
     by_name = {r.name: r for r in camp.results}
     by_name.update(finished)
