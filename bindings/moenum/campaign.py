@@ -162,10 +162,11 @@ def run_points(points: list[Scenario], out="results", jobs: int = 1, resume: boo
 
 def run_campaign(paths, out="results", jobs: int = 1, resume: bool = False, shard=None,
                  backends=None, quiet: bool = False) -> Campaign:
-    """Run every point of one or more scenario files (or folders)."""
-    if isinstance(paths, (str, Path)):
+    """Run every point of one or more scenario files, folders, or scenario mappings (dicts)."""
+    from .scenario import from_dict
+    if isinstance(paths, (str, Path, dict)):
         paths = [paths]
-    points = [sc for p in paths for sc in load_scenarios(p)]
+    points = [sc for p in paths for sc in (from_dict(p) if isinstance(p, dict) else load_scenarios(p))]
     names = [sc.name for sc in points]
     dup = {n for n in names if names.count(n) > 1}
     if dup:

@@ -34,6 +34,13 @@ class RunResult:
             return f[f"results/{backend}/{name}"][()]
 
     @property
+    def tokens_per_expert(self) -> np.ndarray:
+        """Unpadded tokens routed to each expert (from /routing)."""
+        import h5py
+        with h5py.File(self.path, "r") as f:
+            return f["routing/tokens_per_expert"][()]
+
+    @property
     def scenario(self) -> dict:
         import h5py
         with h5py.File(self.path, "r") as f:
