@@ -416,7 +416,7 @@ TEST(GroupedMlp, BackendsRegisteredAndReportGemmPaths) {
   }
   const BackendResult g = make_backend("golden")->run(ctx);
   EXPECT_EQ(g.outputs.at("dx").dtype, "fp64");
-  sc.recipe.name = "mxfp8";
+  sc.recipe.name = "fp8_block";  // no CPU emulation (mxfp8 has one: test_mxfp8_recipe.cpp)
   const Availability av = make_backend("reference")->available(sc);
   EXPECT_FALSE(av.ok);
   EXPECT_EQ(av.disposition, "not_supported");
