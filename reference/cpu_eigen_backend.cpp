@@ -1,0 +1,77 @@
+// Backend `cpu.eigen` (a backend under test): the scenario's recipe computed the straightforward way,
+// Eigen fp32 GEMMs on the recipe's (dequantized) operands, with the reference's elementwise rules and
+// rounding points (grouped_mlp.h on EigenGemmPolicy<recipe policy>, see eigen_gemm_policy.h). It
+// saves the same stage tensors as the reference when output.intermediates is set (the runner sets it
+// for the teacher-forced stage checks). Recipes are registered by name below, as for `reference`.
+#include <chrono>
+#include <functional>
+#include <map>
+
+#include "eigen_gemm_policy.h"
+#include "moenum/backend.h"
+#include "mxfp8_policy.h"
+#include "recipes.h"
+
+namespace moenum::reference {
+
+std::map<std::string, RecipeRunner>& eigen_recipe_registry() {
+  static std::map<std::string, RecipeRunner> registry;
+  return registry;
+}
+
+namespace {
+
+struct EigenRecipeRegistrar {
+  EigenRecipeRegistrar(const std::string& name, RecipeRunner f) { eigen_recipe_registry()[name] = std::move(f); }
+};
+
+EigenRecipeRegistrar fp32_recipe("fp32", [](const Scenario&, const Problem& prob, const DispatchPlan& plan,
+                                            const LayerOptions& opt) {
+  return grouped_mlp(EigenGemmPolicy<Fp32Policy>{}, prob, plan, opt);
+});
+EigenRecipeRegistrar bf16_recipe("bf16", [](const Scenario&, const Problem& prob, const DispatchPlan& plan,
+                                            const LayerOptions& opt) {
+  return grouped_mlp(EigenGemmPolicy<Bf16Policy>{}, prob, plan, opt);
+});
+
+// mxfp8: the reference's operand quantization (Mxfp8Policy::quantize_operand), Eigen GEMMs on the
+// dequantized values; the operand codes/scales stages are the reference's, which is what an
+// implementation that shares the quantizer saves (the stage checks then confirm it bit for bit).
+EigenRecipeRegistrar mxfp8_recipe("mxfp8", [](const Scenario& sc, const Problem& prob, const DispatchPlan& plan,
+                                              const LayerOptions& opt) {
+  const Mxfp8Policy pol = Mxfp8Policy::from_scenario(sc);
+  pol.check_config(prob, plan);
+  LayerResult r = grouped_mlp(EigenGemmPolicy<Mxfp8Policy>(pol), prob, plan, opt);
+  if (opt.keep_stages) add_mx_operand_stages(pol, prob, plan, r.stages);
+  return r;
+});
+
+class CpuEigenBackend final : public Backend {
+ public:
+  Availability available(const Scenario& sc) const override {
+    if (sc.model.activation != "swiglu")
+      return {false, "not_supported", "cpu.eigen: activation '" + sc.model.activation + "' (only swiglu)"};
+    if (!eigen_recipe_registry().count(sc.recipe.name))
+      return {false, "not_supported", "cpu.eigen: recipe '" + sc.recipe.name + "' is not implemented yet"};
+    return {};
+  }
+  BackendResult run(const RunContext& ctx) override {
+    const Availability av = available(ctx.scenario);
+    if (!av.ok) throw ConfigError("scenario '" + ctx.scenario.name + "': " + av.reason);
+    const auto t0 = std::chrono::steady_clock::now();
+    LayerResult r = eigen_recipe_registry().at(ctx.scenario.recipe.name)(ctx.scenario, ctx.problem, ctx.plan,
+                                                                         layer_options(ctx.scenario));
+    BackendResult out = to_backend_result(std::move(r), EigenGemmPolicy<Bf16Policy>::gemm_attr);
+    for (auto it = out.attrs.begin(); it != out.attrs.end();)  // no exact path here
+      it = it->first.rfind("exact_path", 0) == 0 ? out.attrs.erase(it) : std::next(it);
+    out.attrs["recipe"] = ctx.scenario.recipe.name;
+    out.attrs["bias_mode"] = ctx.scenario.recipe.bias_mode;
+    out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return out;
+  }
+};
+
+MOENUM_REGISTER_BACKEND("cpu.eigen", CpuEigenBackend);
+
+}  // namespace
+}  // namespace moenum::reference
