@@ -8,7 +8,9 @@ Every element of a backend's tensor, compared with the value recomputed from tha
                     scale; the scale and all 32 elements of its block take this class (scales are
                     compared first: one wrong scale explains up to 32 wrong codes).
   tie_flip          the two values are neighbours in the stage's dtype and the reference's value before
-                    its last rounding lies exactly on their midpoint (the tie went the other way).
+                    its last rounding lies exactly on their midpoint (the tie went the other way); in a
+                    GEMM or reduction stage only inside the bound interval (a tie flip outside it is a
+                    bound violation: no accumulator within the bound produces it).
   within_bound      GEMM and reduction stages: inside the per-element bound interval [lo, hi].
   bound_violation   anything else. For a bit-exact stage (elementwise, quantization) the bound is zero, so
                     every difference that is not a tie flip is a violation.
@@ -153,14 +155,13 @@ def classify(value, ref, dtype: str, pre=None, lo=None, hi=None, scale_off=None)
         so = np.broadcast_to(scale_off, value.shape)
         cls[so] = SCALE
         rest &= ~so
+    if lo is not None and hi is not None:  # a bounded stage: outside the interval is a violation
+        with np.errstate(invalid="ignore"):
+            rest &= (value >= lo) & (value <= hi)
+        cls[rest] = WITHIN
     if fdtype and pre is not None:
         tie = rest & is_tie_flip(value, ref, np.broadcast_to(pre, value.shape), fdtype)
         cls[tie] = TIE
-        rest &= ~tie
-    if lo is not None and hi is not None:
-        with np.errstate(invalid="ignore"):
-            inside = rest & (value >= lo) & (value <= hi)
-        cls[inside] = WITHIN
     return cls
 
 

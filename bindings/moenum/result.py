@@ -21,6 +21,8 @@ class RunResult:
     seconds: dict = field(default_factory=dict)
     warnings: list = field(default_factory=list)
     sweep_point: dict = field(default_factory=dict)
+    stage_table: pd.DataFrame | None = None  # /tables/stages: teacher-forced stage checks (moenum.verify)
+    injections: list = field(default_factory=list)  # fault injections of this run and their outcomes
 
     @property
     def passed(self) -> bool:
@@ -61,6 +63,10 @@ def open_results(path) -> RunResult:
         details = {n: str(g.attrs["detail"]) for n, g in f["checks"].items()}
         errors = records_to_errors(f["tables/errors"][()])
         warnings = [w for w in str(f["dispatch"].attrs.get("warnings", "")).split("\n") if w]
+        stage_table = None
+        if "stages" in f["tables"]:
+            from .verify import records_to_table
+            stage_table = records_to_table(f["tables/stages"][()])
     return RunResult(path=Path(path), name=cfg["name"], errors=errors, disposition=disposition,
                      reasons=reasons, checks=checks, check_details=details, seconds=seconds,
-                     warnings=warnings)
+                     warnings=warnings, stage_table=stage_table)

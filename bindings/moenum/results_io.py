@@ -66,7 +66,8 @@ def records_to_errors(records: np.ndarray) -> pd.DataFrame:
 
 
 def write_results(path, attrs: dict, prepared, results: dict, table: pd.DataFrame, checks: dict,
-                  write_inputs: bool, write_stages: bool, diffs: dict | None = None) -> Path:
+                  write_inputs: bool, write_stages: bool, diffs: dict | None = None,
+                  extra_tables: dict | None = None) -> Path:
     """Write one scenario point's results file atomically; returns its path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -118,6 +119,8 @@ def write_results(path, attrs: dict, prepared, results: dict, table: pd.DataFram
                         _dataset(pg, name, values.astype(np.float64))
             tables = f.create_group("tables")
             tables.create_dataset("errors", data=errors_to_records(table))
+            for name, records in (extra_tables or {}).items():  # e.g. /tables/stages (moenum.verify)
+                tables.create_dataset(name, data=records)
             cg = f.create_group("checks")
             for name, (passed, detail) in checks.items():
                 c = cg.create_group(name)

@@ -12,7 +12,8 @@ from .provenance import root_attributes
 from .result import RunResult
 from .results_io import result_path, write_results
 from .scenario import Scenario, load_scenarios, to_core
-from .verify import error_table, expected_shapes, output_checks, recipe_error_check
+from .verify import (error_table, expected_shapes, fill_bound_violations, output_checks, recipe_error_check,
+                     stage_checks, stage_table, table_to_records, weights_layout_check)
 
 FINAL_DISPOSITIONS = ("passed", "failed", "not_run", "not_supported")
 
@@ -48,8 +49,13 @@ def _run_backend(name: str, core_sc, prepared) -> dict:
     return out
 
 
-def run(scenario, out="results", backends: list[str] | None = None) -> RunResult:
-    """Run one scenario point (a Scenario, a dict, or a path holding exactly one point)."""
+def run(scenario, out="results", backends: list[str] | None = None, inject=None) -> RunResult:
+    """Run one scenario point (a Scenario, a dict, or a path holding exactly one point).
+
+    inject: fault injections (strings `BACKEND:TENSOR[i,...]+=Nulp|+=<amount>`, see moenum.inject),
+    applied to the backends' results before verification; each gets a check `inject.<backend>.<tensor>`."""
+    from . import inject as inject_mod
+    injections = inject_mod.parse_all(inject)
     if isinstance(scenario, (str, Path)):
         points = load_scenarios(scenario)
         if len(points) != 1:
@@ -66,8 +72,17 @@ def run(scenario, out="results", backends: list[str] | None = None) -> RunResult
         raise ScenarioError(f"unknown backend(s) {', '.join(unknown)} (known: "
                             f"{', '.join(_core.backend_names())})", key="--backends")
     baseline = cfg["compare"]["baseline"] if cfg["compare"]["baseline"] in names else names[0]
+    for inj in injections:
+        if inj.backend not in names:
+            raise ScenarioError(f"'{inj.text}': backend '{inj.backend}' is not run by this scenario "
+                                f"({', '.join(names)})", key="--inject")
+    verify_cfg = cfg.get("verify", {})
+    # Teacher-forced stage checks need every backend's stage tensors (an injection always checks them).
+    check_stages = bool(verify_cfg.get("stages", True)) or bool(injections)
 
     core_sc = to_core(sc)
+    if check_stages:
+        core_sc.output.intermediates = True
     try:
         prepared = _core.prepare(core_sc)
     except _core.ConfigError as e:
@@ -87,6 +102,8 @@ def run(scenario, out="results", backends: list[str] | None = None) -> RunResult
                 r["disposition"], r["reason"] = "failed", next(d for ok, d in c.values() if not ok)
         results[name] = r
 
+    applied = [(inj, inject_mod.apply(inj, results)) for inj in injections]
+
     table = error_table(results, names, baseline, prepared.topk_idx)
     for name in names:
         if name != "golden" and results[name]["disposition"] == "passed":
@@ -95,6 +112,32 @@ def run(scenario, out="results", backends: list[str] | None = None) -> RunResult
             failed = [d for ok, d in c.values() if not ok]
             if failed:
                 results[name]["disposition"], results[name]["reason"] = "failed", failed[0]
+    reports = {}
+    if check_stages:
+        stage_c, reports = stage_checks(cfg, prepared, results, names)
+        checks.update(stage_c)
+        for name in reports:
+            ok, detail = stage_c[f"stage.{name}"]
+            if not ok and results[name]["disposition"] == "passed":
+                results[name]["disposition"], results[name]["reason"] = "failed", detail
+        table = fill_bound_violations(table, reports, baseline)
+    if verify_cfg.get("invariance", True):
+        for name in names:
+            if results[name]["disposition"] != "passed":
+                continue
+            c = weights_layout_check(name, results[name], lambda n=name: _rerun_other_layout(sc, n))
+            if c is not None:
+                checks[f"invariance.weights.{name}"] = c
+                if not c[0]:
+                    results[name]["disposition"], results[name]["reason"] = "failed", c[1]
+    injected = []
+    for inj, info in applied:
+        checks[inj.check_name] = inject_mod.outcome(inj, info, reports.get(inj.backend))
+        injected.append({"spec": inj.text, "backend": inj.backend, "tensor": inj.tensor,
+                         "index": list(info["index"]), "old": info["old"], "new": info["new"],
+                         "outcome": checks[inj.check_name][1].split(":", 1)[0],
+                         "detail": checks[inj.check_name][1]})
+    stages_df = stage_table(reports)
     # the table's disposition column reflects the final verdicts
     if not table.empty:
         table["disposition"] = table["backend"].map(lambda b: results[b]["disposition"])
@@ -105,14 +148,23 @@ def run(scenario, out="results", backends: list[str] | None = None) -> RunResult
     path = result_path(out, sc.name)
     write_results(path, root_attributes(sc.to_yaml()), prepared, results, table, checks,
                   write_inputs=cfg["output"]["inputs"], write_stages=cfg["output"]["intermediates"],
-                  diffs=diffs)
+                  diffs=diffs, extra_tables={"stages": table_to_records(stages_df)} if reports else None)
     return RunResult(path=path, name=sc.name, errors=table,
                      disposition={n: r["disposition"] for n, r in results.items()},
                      reasons={n: r.get("reason", "") for n, r in results.items()},
                      checks={k: bool(ok) for k, (ok, _) in checks.items()},
                      check_details={k: d for k, (_, d) in checks.items()},
                      seconds={n: float(r.get("seconds", 0.0)) for n, r in results.items()},
-                     warnings=list(prepared.plan["warnings"]), sweep_point=dict(sc.sweep_point))
+                     warnings=list(prepared.plan["warnings"]), sweep_point=dict(sc.sweep_point),
+                     stage_table=stages_df, injections=injected)
+
+
+def _rerun_other_layout(sc: Scenario, name: str) -> dict:
+    """One backend again with the other weights layout (single <-> discrete), for invariance.weights."""
+    core_sc = to_core(sc)
+    core_sc.weights = "discrete" if sc.config["weights"] == "single" else "single"
+    core_sc.output.intermediates = False
+    return _run_backend(name, core_sc, _core.prepare(core_sc))
 
 
 def _full_diffs(results, names, baseline):

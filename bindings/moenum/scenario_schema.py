@@ -102,6 +102,14 @@ SCHEMA: dict[str, Any] = {
         "intermediates": Key(bool, False),
         "diffs": Key(str, "summary", choices=("summary", "full")),
     },
+    # issue 5 verification engine (moenum.verify, moenum.stages): teacher-forced stage checks of every
+    # backend but golden (captures every backend's stage tensors while it runs; they are written to
+    # the file only with output.intermediates), and the per-point invariance reruns (single vs
+    # discrete weights for the layout-sensitive GPU backends).
+    "verify": {
+        "stages": Key(bool, True),
+        "invariance": Key(bool, True),
+    },
 }
 
 INPUT_REGIME: dict[str, Any] = {

@@ -169,8 +169,12 @@ def make_context(cfg: dict, prepared) -> StageContext:
 # ---- MXFP8 operands as a GEMM sees them -----------------------------------------------------------
 
 def _natural_source(ctx: StageContext, t: dict, name: str) -> np.ndarray:
-    return {"x": ctx.x_rows, "dy": ctx.dy_rows}.get(name) if name in ("x", "dy") else (
-        ctx.inputs[name] if name in ("w1", "w2") else t[name])
+    """An MX operand's bf16 tensor in its natural layout: dispatched x/dy rows, weights, or a stage."""
+    if name == "x":
+        return ctx.x_rows
+    if name == "dy":
+        return ctx.dy_rows
+    return ctx.inputs[name] if name in ("w1", "w2") else t[name]
 
 
 def mx_reference(ctx: StageContext, t: dict, gemm: str, op: str):
@@ -396,7 +400,7 @@ def _mx_stage(gemm: str, op: str):
     return recompute
 
 
-def _mx_stages(gemm: str, after: tuple) -> list:
+def _mx_stages(gemm: str) -> list:
     """The two MX operand stages of one GEMM (mxfp8 only)."""
     out = []
     for op in ("A", "B"):
@@ -408,25 +412,25 @@ def _mx_stages(gemm: str, after: tuple) -> list:
 
 
 STAGES: list[Stage] = [
-    *_mx_stages("fc1_fprop", ()),
+    *_mx_stages("fc1_fprop"),
     Stage("h", GEMM, "stages", (), _h, gemm="fc1_fprop", doc="FC1: x . w1^T (+ b1), the activation's input"),
     Stage("act", EXACT, "stages", ("h",), _act, doc="silu(g) * l, fp32"),
     Stage("a", EXACT, "stages", ("h",), _a, doc="round(silu(g) * l * p), FC2's input"),
-    *_mx_stages("fc2_fprop", ()),
+    *_mx_stages("fc2_fprop"),
     Stage("o", GEMM, "stages", ("a",), _o, gemm="fc2_fprop", doc="FC2: a . w2^T"),
     Stage("out", EXACT, "stages", ("o",), _out, doc="round(o + b2 * p)"),
     Stage("y", EXACT, "outputs", ("o",), _y, doc="combine: round(sum of out over routed experts, ascending id)"),
-    *_mx_stages("fc2_dgrad", ()),
+    *_mx_stages("fc2_dgrad"),
     Stage("da", GEMM, "stages", (), _da, gemm="fc2_dgrad", doc="FC2 dgrad: dy . w2"),
-    *_mx_stages("fc2_wgrad", ()),
+    *_mx_stages("fc2_wgrad"),
     Stage("dw2", GEMM, "outputs", ("a",), _dw2, gemm="fc2_wgrad", doc="FC2 wgrad: dy^T . a, fp32"),
     Stage("db2", REDUCTION, "outputs", (), _db2, needs_bias=True, doc="sum of p * dy over the expert's rows"),
     Stage("dh", EXACT, "stages", ("da", "h"), _dh, doc="round([da*p*l*silu'(g), da*p*silu(g)])"),
     Stage("dprobs", REDUCTION, "outputs", ("da", "h"), _dprobs, doc="dot(da, act) + dot(dy, b2) per routed row"),
-    *_mx_stages("fc1_dgrad", ()),
+    *_mx_stages("fc1_dgrad"),
     Stage("dx_row", GEMM, "stages", ("dh",), _dx_row, gemm="fc1_dgrad", doc="FC1 dgrad: dh . w1"),
     Stage("dx", EXACT, "outputs", ("dx_row",), _dx, doc="combine of dx_row"),
-    *_mx_stages("fc1_wgrad", ()),
+    *_mx_stages("fc1_wgrad"),
     Stage("dw1", GEMM, "outputs", ("dh",), _dw1, gemm="fc1_wgrad", doc="FC1 wgrad: dh^T . x, fp32"),
     Stage("db1", REDUCTION, "outputs", ("dh",), _db1, needs_bias=True, doc="sum of dh over the expert's rows"),
 ]
@@ -457,6 +461,7 @@ class StageResult:
     per_expert: dict = field(default_factory=dict)    # expert -> {class -> count}
     first: tuple | None = None       # (tensor, index, expert) of the first failing element
     cls: np.ndarray | None = None    # class codes per element (kept for fault injection checks)
+    cls_by_tensor: dict = field(default_factory=dict)  # tensor name -> class codes (MX: codes and scales)
     rec: Recomputed | None = None
     metrics: dict = field(default_factory=dict)       # compare() of the tensor vs the recomputation
 
@@ -494,7 +499,7 @@ def check_stage(ctx: StageContext, stage: Stage, t: dict) -> StageResult:
             return StageResult(stage, "failed", f"{stage.name} has shape {value.shape}, expected {rec.ref.shape}")
         cls = classify(value, rec.ref, rec.dtype, pre=rec.pre, lo=rec.lo, hi=rec.hi)
         parts = [(stage.name, cls)]
-    res = StageResult(stage, "passed", cls=cls, rec=rec)
+    res = StageResult(stage, "passed", cls=cls, rec=rec, cls_by_tensor=dict(parts))
     for _, c in parts:
         for k, v in counts(c).items():
             res.classes[k] = res.classes.get(k, 0) + v

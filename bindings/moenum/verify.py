@@ -85,3 +85,215 @@ def expected_shapes(cfg: dict) -> dict:
     if m["bias"]:
         shapes.update(db1=(E, 2 * F), db2=(E, H))
     return shapes
+
+
+# ---- teacher-forced stage checks (numerics.md §7), bound violations, the stage table ----------------
+
+# Backends whose stages are not checked: golden is fp64 without the recipe's rounding points.
+NO_STAGE_CHECKS = ("golden",)
+
+
+def stage_checks(cfg: dict, prepared, results: dict, backends: list[str]) -> tuple[dict, dict]:
+    """Run the stage registry over every backend that ran (golden aside).
+
+    Returns (checks, reports): checks `stage.<backend>` -> (passed, detail) and reports backend -> list
+    of stages.StageResult (class counts, first failing element)."""
+    from . import stages
+    ctx = None
+    checks, reports = {}, {}
+    for name in backends:
+        r = results.get(name)
+        if name in NO_STAGE_CHECKS or not r or "outputs" not in r or r["disposition"] != "passed":
+            continue
+        if ctx is None:
+            ctx = stages.make_context(cfg, prepared)
+        reports[name] = stages.check_backend(ctx, r)
+        checks[f"stage.{name}"] = stages.summarize(name, reports[name])
+    return checks, reports
+
+
+def fill_bound_violations(table: pd.DataFrame, reports: dict, baseline: str) -> pd.DataFrame:
+    """bound_violations of each output row against the baseline: the elements failing the tensor's
+    teacher-forced check (a bit-exact stage: every difference; a GEMM/reduction: outside the bound).
+    Rows against golden, and tensors without a check, keep -1 (not checked)."""
+    if table.empty:
+        return table
+    for backend, results in reports.items():
+        for sr in results:
+            if sr.status == "skipped" or sr.stage.where != "outputs":
+                continue
+            fail = lambda c: (sum(v for k, v in c.items() if k != "bitwise_equal")
+                              if sr.stage.kind in ("exact", "mx") else c.get("bound_violation", 0))
+            sel = (table.backend == backend) & (table.other == baseline) & (table.tensor == sr.stage.name)
+            for i in table.index[sel]:
+                e = int(table.at[i, "expert"])
+                c = sr.classes if e == -1 else sr.per_expert.get(e)
+                if c is not None:
+                    table.at[i, "bound_violations"] = int(fail(c))
+    return table
+
+
+def stage_table(reports: dict) -> pd.DataFrame:
+    """One row per backend x stage x expert (-1 = whole tensor): class counts and ULP buckets of the
+    backend's stage tensor against its teacher-forced recomputation."""
+    from .stages import STAGE_TABLE_COLUMNS, stage_table_rows
+    rows = [row for b, res in reports.items() for row in stage_table_rows(b, res)]
+    return pd.DataFrame(rows, columns=STAGE_TABLE_COLUMNS)
+
+
+def table_to_records(table: pd.DataFrame) -> np.ndarray:
+    """A DataFrame as an HDF5-ready structured array (strings as fixed-size bytes)."""
+    fields = []
+    for col in table.columns:
+        kind = table[col].dtype.kind if len(table) else "O"
+        if kind in "iub":
+            fields.append((col, "<i8"))
+        elif kind == "f":
+            fields.append((col, "<f8"))
+        else:
+            width = max([len(str(v)) for v in table[col]] + [16])
+            fields.append((col, f"S{width}"))
+    rec = np.zeros(len(table), dtype=fields)
+    for col, dt in fields:
+        values = table[col].to_numpy()
+        rec[col] = [str(v).encode() for v in values] if dt.startswith("S") else values
+    return rec
+
+
+def records_to_table(records: np.ndarray) -> pd.DataFrame:
+    t = pd.DataFrame({n: records[n] for n in records.dtype.names})
+    for col in t.columns:
+        if t[col].dtype.kind in "SO":
+            t[col] = t[col].map(lambda b: b.decode() if isinstance(b, bytes) else b)
+    return t
+
+
+# ---- invariance checks --------------------------------------------------------------------------
+
+OUTPUTS = ("y", "dx", "dw1", "dw2", "db1", "db2", "dprobs")
+# Backends whose result could depend on the weights layout (one grouped tensor vs one per expert):
+# the runner reruns them with the other layout. The CPU backends never look at it.
+LAYOUT_SENSITIVE_PREFIXES = ("gpu.",)
+
+
+def _identical(a: np.ndarray, b: np.ndarray) -> tuple[bool, str]:
+    """Bitwise identical (as stored; +0 and -0 count as equal values here, NaN equals NaN)."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        return False, f"shapes {a.shape} vs {b.shape}"
+    same = (a == b) | (np.isnan(a) & np.isnan(b))
+    if same.all():
+        return True, ""
+    i = tuple(int(v) for v in np.argwhere(~same)[0])
+    return False, f"{int((~same).sum())} element(s) differ, first {list(i)}: {a[i]!r} vs {b[i]!r}"
+
+
+def compare_outputs(out_a: dict, out_b: dict) -> tuple[bool, str]:
+    """Every output common to both, bitwise; outputs are (array, dtype) tuples or arrays."""
+    diffs = []
+    for t in OUTPUTS:
+        if t in out_a and t in out_b:
+            va = out_a[t][0] if isinstance(out_a[t], tuple) else out_a[t]
+            vb = out_b[t][0] if isinstance(out_b[t], tuple) else out_b[t]
+            ok, why = _identical(va, vb)
+            if not ok:
+                diffs.append(f"{t}: {why}")
+    return (not diffs), ("; ".join(diffs) if diffs else "all outputs bitwise identical")
+
+
+def weights_layout_check(name: str, result: dict, rerun) -> tuple[bool, str] | None:
+    """Single vs discrete weights for one backend of one point: `rerun()` runs it with the other layout.
+    None when the backend does not look at the layout (the CPU backends: trivially invariant)."""
+    if not name.startswith(LAYOUT_SENSITIVE_PREFIXES) or "outputs" not in result:
+        return None
+    other = rerun()
+    if "outputs" not in other:
+        return False, f"rerun with the other weights layout failed: {other.get('reason', '')}"
+    ok, detail = compare_outputs(result["outputs"], other["outputs"])
+    return ok, f"single vs discrete weights: {detail}"
+
+
+def _point_key(cfg: dict, drop: tuple) -> str:
+    """The scenario config without the keys an invariance may vary (and the bookkeeping keys)."""
+    import copy
+    import json
+    c = copy.deepcopy(cfg)
+    for dotted in drop + ("name", "description", "backends", "compare", "output", "verify"):
+        *parents, leaf = dotted.split(".")
+        node = c
+        for p in parents:
+            node = node.get(p) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(leaf, None)
+    return json.dumps(c, sort_keys=True, default=str)
+
+
+# name, the keys that may vary within a group, a filter on the points, the backends compared
+INVARIANCES = [
+    ("weights", ("weights",), lambda cfg: True, "all"),
+    ("padding_module_hybridep", ("dispatch.padding",),
+     lambda cfg: cfg["dispatch"]["padding"] in ("module", "hybridep"), "all"),
+    ("ep_zero_padding", ("dispatch.ep",),
+     lambda cfg: cfg["dispatch"]["padding"] in ("none", "module", "hybridep"), "all"),
+    ("golden", ("dispatch", "weights", "recipe"), lambda cfg: True, "golden"),
+]
+
+
+def invariance_checks(results) -> dict:
+    """Cross-scenario invariance checks over the points a campaign ran (a list of RunResult).
+
+    weights                  points differing only in `weights` (single | discrete): every backend's
+                             outputs bitwise identical.
+    padding_module_hybridep  points differing only in module vs hybridep padding (both zero rows at the
+                             end of each segment, real rows in the same order): identical outputs.
+    ep_zero_padding          points differing only in dispatch.ep, with none/module/hybridep padding (an
+                             expert's rows do not depend on EP): identical outputs.
+    golden                   golden's outputs across every point with the same inputs and routing (any
+                             dispatch, padding, EP, weights, recipe): identical.
+    Returns {check name: (passed, detail)}, one per group with at least two points; names are
+    `invariance.<kind>(<the parameters the group shares>)`. Backends that did not pass in a point are
+    left out of that point's comparisons."""
+    points = []
+    for r in results:
+        try:
+            cfg = r.scenario
+        except Exception:  # noqa: BLE001 - an unreadable file is reported by the campaign itself
+            continue
+        points.append((r, cfg))
+    checks = {}
+    for kind, varying, keep, which in INVARIANCES:
+        groups: dict[str, list] = {}
+        for r, cfg in points:
+            if keep(cfg):
+                groups.setdefault(_point_key(cfg, varying), []).append((r, cfg))
+        for members in groups.values():
+            if len(members) < 2:
+                continue
+            first_r, first_cfg = members[0]
+            shared = {k: v for k, v in first_r.sweep_point.items() if not k.startswith(varying)}
+            label = ",".join(f"{k}={v}" for k, v in shared.items()) or first_r.name.split("/")[0]
+            label = label.replace("/", "_")
+            details, ok = [], True
+            backends = ["golden"] if which == "golden" else list(first_r.disposition)
+            for b in backends:
+                if first_r.disposition.get(b) != "passed":
+                    continue
+                ref = _read_outputs(first_r, b)
+                for r, _ in members[1:]:
+                    if r.disposition.get(b) != "passed":
+                        continue
+                    same, why = compare_outputs(ref, _read_outputs(r, b))
+                    if not same:
+                        ok = False
+                        details.append(f"{b}: {first_r.name} vs {r.name}: {why}")
+            names = ", ".join(r.name for r, _ in members)
+            detail = "; ".join(details) if details else f"identical outputs across {len(members)} points ({names})"
+            checks[f"invariance.{kind}({label})"] = (ok, detail)
+    return checks
+
+
+def _read_outputs(result, backend: str) -> dict:
+    import h5py
+    with h5py.File(result.path, "r") as f:
+        g = f[f"results/{backend}"]
+        return {t: g[t][()] for t in OUTPUTS if t in g}
