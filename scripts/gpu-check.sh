@@ -88,8 +88,8 @@ if want scenarios; then
       && rm -rf /tmp/moenum-py && mkdir -p /tmp/moenum-py && cp -r bindings/moenum /tmp/moenum-py/ \
       && cp $BUILD/_core*.so /tmp/moenum-py/moenum/ \
       && PYTHONPATH=/tmp/moenum-py timeout 400 python3 -m moenum run scenarios/smoke.yaml scenarios/padding.yaml \
-           scenarios/ep.yaml $(ls scenarios/mxfp8.yaml 2>/dev/null) -o /tmp/moenum-results \
-           --backends golden,reference,gpu.grouped,gpu.multistream
+           scenarios/ep.yaml scenarios/mxfp8.yaml -o /tmp/moenum-results \
+           --backends golden,reference,cpu.eigen,gpu.grouped,gpu.multistream
   } >"$OUT/scenarios.log" 2>&1
   rc=$?
   [ $rc -eq 0 ] && note scenarios ok "$((SECONDS - t0)) s; $(tail -1 "$OUT/scenarios.log")" \

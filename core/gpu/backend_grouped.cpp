@@ -32,13 +32,14 @@ class GpuGroupedBackend final : public Backend {
     MlpOptions opt;
     opt.discrete_weights = ctx.scenario.weights == "discrete";
     opt.bias = ctx.scenario.model.bias;
+    opt.mx = mx_recipe(ctx.scenario, ctx.plan);
     GroupedMlp mlp(ctx, make_cutlass_sm90_engine(), opt);
     mlp.poison_outputs(nullptr);
     mlp.forward(nullptr);
     mlp.backward(nullptr);
     BackendResult r = mlp.download(ctx.scenario.output.intermediates, nullptr);
     r.attrs["gemm_path"] = mlp.engine().path();
-    r.attrs["recipe_path"] = "bf16";
+    r.attrs["recipe_path"] = recipe_path(opt.mx);
     r.attrs["device"] = device_description();
     return r;
 #endif

@@ -20,6 +20,7 @@ class GpuMultistreamBackend final : public Backend {
     MlpOptions opt;
     opt.discrete_weights = ctx.scenario.weights == "discrete";
     opt.bias = ctx.scenario.model.bias;
+    opt.mx = mx_recipe(ctx.scenario, ctx.plan);
     opt.fc1_bias_in_epilogue = ctx.scenario.recipe.bias_mode == "epilogue";
     GroupedMlp mlp(ctx, std::make_unique<CublasLtEngine>(), opt);
     mlp.poison_outputs(nullptr);
@@ -27,7 +28,7 @@ class GpuMultistreamBackend final : public Backend {
     mlp.backward(nullptr);
     BackendResult r = mlp.download(ctx.scenario.output.intermediates, nullptr);
     r.attrs["gemm_path"] = mlp.engine().path();
-    r.attrs["recipe_path"] = "bf16";
+    r.attrs["recipe_path"] = recipe_path(opt.mx);
     r.attrs["device"] = device_description();
     return r;
   }

@@ -1,6 +1,7 @@
 #include "backend_support.h"
 
 #include "device.h"
+#include "moenum/error.h"
 
 namespace moenum::gpu {
 
@@ -8,8 +9,8 @@ Availability gpu_support(const Scenario& sc, const GpuCaps& caps) {
   Availability dev = cuda_availability();
   if (!dev.ok) return dev;
   auto no = [](std::string why) { return Availability{false, "not_supported", std::move(why)}; };
-  if (sc.recipe.name != "bf16")
-    return no("recipe " + sc.recipe.name + " is not implemented on the GPU yet (bf16 only)");
+  if (sc.recipe.name != "bf16" && sc.recipe.name != "mxfp8")
+    return no("recipe " + sc.recipe.name + " is not implemented on the GPU (bf16 and mxfp8 only)");
   if (sc.model.activation != "swiglu") return no("activation " + sc.model.activation + " (swiglu only)");
   if (sc.model.hidden % 8 || sc.model.ffn % 8)
     return no("hidden and ffn must be multiples of 8 (16-byte aligned rows for TMA/cuBLASLt)");
@@ -18,6 +19,44 @@ Availability gpu_support(const Scenario& sc, const GpuCaps& caps) {
   if (caps.needs_sm90 && device_sm() != 90)
     return no("the CUTLASS grouped GEMM is built for sm_90a; this device is sm_" + std::to_string(device_sm()));
   return {};
+}
+
+MxRecipe mx_recipe(const Scenario& sc, const DispatchPlan& plan) {
+  MxRecipe mx;
+  if (sc.recipe.name != "mxfp8") return mx;
+  mx.on = true;
+  auto err = [&](const std::string& key, const std::string& what) {
+    throw ConfigError("scenario '" + sc.name + "': " + key + ": " + what);
+  };
+  const auto& r = sc.recipe;
+  if (r.grad_format == "e4m3") mx.grad = Fp8Format::E4M3;
+  else if (r.grad_format == "e5m2") mx.grad = Fp8Format::E5M2;
+  else err("recipe.grad_format", "unknown format '" + r.grad_format + "' (e4m3 or e5m2)");
+  if (r.scale_rounding == "rceil") mx.rounding = ScaleRounding::Rceil;
+  else if (r.scale_rounding == "floor") mx.rounding = ScaleRounding::Floor;
+  else err("recipe.scale_rounding", "unknown scale rounding '" + r.scale_rounding + "' (rceil or floor)");
+  if (sc.model.hidden % kMxBlock)
+    err("model.hidden", "hidden (" + std::to_string(sc.model.hidden) + ") must be a multiple of 32 for mxfp8");
+  if (sc.model.ffn % kMxBlock)
+    err("model.ffn", "ffn (" + std::to_string(sc.model.ffn) + ") must be a multiple of 32 for mxfp8");
+  for (size_t rk = 0; rk < plan.ranks.size(); ++rk) {
+    const auto& off = plan.ranks[rk].segment_offset;
+    for (size_t le = 0; le + 1 < off.size(); ++le) {
+      const int64_t n = off[le + 1] - off[le];
+      if (n % kMxBlock)
+        err("dispatch.padding",
+            "mxfp8 needs every expert segment aligned to 32 rows (wgrad blocks run along tokens), but expert " +
+                std::to_string(int64_t(rk) * plan.experts_per_rank + int64_t(le)) + " (rank " + std::to_string(rk) +
+                ") has " + std::to_string(n) + " rows with padding '" + plan.padding +
+                "' (use router, router_post, module or hybridep padding with align a multiple of 32)");
+    }
+  }
+  return mx;
+}
+
+std::string recipe_path(const MxRecipe& mx) {
+  return mx.on ? "sm90: bf16 GEMM on dequantized MXFP8 operands (exact in bf16; quantized on the GPU with mx.h)"
+               : "bf16";
 }
 
 }  // namespace moenum::gpu

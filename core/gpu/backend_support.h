@@ -1,6 +1,7 @@
 // What the GPU backends can run, as an Availability: no device -> not_run; a recipe, bias mode or
 // shape they do not implement -> not_supported with the reason. Shared by both GPU backends.
 #pragma once
+#include "grouped_mlp.h"
 #include "moenum/backend.h"
 
 namespace moenum::gpu {
@@ -11,5 +12,13 @@ struct GpuCaps {
 };
 
 Availability gpu_support(const Scenario& sc, const GpuCaps& caps);
+
+// The recipe's MXFP8 settings (off for bf16), with the reference's configuration errors
+// (reference/mxfp8_policy.h check_config): recipe.grad_format / recipe.scale_rounding unknown,
+// hidden or ffn not a multiple of 32, an expert segment not a multiple of 32 rows.
+MxRecipe mx_recipe(const Scenario& sc, const DispatchPlan& plan);
+
+// attrs["recipe_path"] for the recipe that ran.
+std::string recipe_path(const MxRecipe& mx);
 
 }  // namespace moenum::gpu

@@ -5,6 +5,7 @@
 
 #include "cuda_check.h"
 #include "kernels/layer_kernels.h"
+#include "kernels/mx_quantize.h"
 #include "moenum/bf16.h"
 
 namespace moenum::gpu {
@@ -42,6 +43,16 @@ Tensor fp32_tensor(const std::vector<const DeviceBuffer<float>*>& parts, std::ve
   MOENUM_CHECK(static_cast<int64_t>(at) == t.size(), "fp32 download size mismatch");
   return t;
 }
+
+Tensor u8_tensor(const DeviceBuffer<uint8_t>& d, std::vector<int64_t> shape, const char* dtype, cudaStream_t s) {
+  Tensor t(std::move(shape), dtype);
+  auto h = d.download(s);
+  MOENUM_CHECK(static_cast<int64_t>(h.size()) == t.size(), "fp8/e8m0 download size mismatch");
+  for (size_t i = 0; i < h.size(); ++i) t.data[i] = h[i];
+  return t;
+}
+
+const char* fmt_name(Fp8Format f) { return f == Fp8Format::E4M3 ? "e4m3" : "e5m2"; }
 
 }  // namespace
 
@@ -115,7 +126,43 @@ GroupedMlp::GroupedMlp(const RunContext& ctx, std::unique_ptr<GemmEngine> engine
   dprobs_.reset(T_ * k_);
   counts_.reset(E_);
   offsets_.reset(E_ + 1);
+  if (opt_.mx.on) {
+    MOENUM_CHECK(H_ % kMxBlock == 0 && F_ % kMxBlock == 0, "mxfp8: hidden and ffn must be multiples of 32");
+    mx_alloc(mx_w1_, Fp8Format::E4M3, E_ * 2 * F_, H_, nbuf);
+    mx_alloc(mx_w2_, Fp8Format::E4M3, E_ * H_, F_, nbuf);
+    mx_inexact_.reset(1);
+  }
   set_plan(ctx.routing, ctx.plan, s);
+}
+
+void GroupedMlp::mx_alloc(MxTensor& t, Fp8Format fmt, int64_t rows, int64_t cols, int nbuf) {
+  MOENUM_CHECK(rows % nbuf == 0 && (rows / nbuf) % kMxBlock == 0 && cols % kMxBlock == 0,
+               "mxfp8: operand rows per buffer and cols must be multiples of 32");
+  t.fmt = fmt, t.rows = rows, t.cols = cols;
+  t.q_row.reset(rows * cols);
+  t.q_col.reset(rows * cols);
+  t.s_row.reset(rows * cols / kMxBlock);
+  t.s_col.reset(rows * cols / kMxBlock);
+  t.d_row.resize(nbuf);
+  t.d_col.resize(nbuf);
+  for (int b = 0; b < nbuf; ++b) {
+    t.d_row[b].reset(rows / nbuf * cols);
+    t.d_col[b].reset(rows / nbuf * cols);
+  }
+}
+
+void GroupedMlp::mx_quantize(MxTensor& t, const std::vector<const uint16_t*>& src, cudaStream_t s) {
+  const int nbuf = static_cast<int>(src.size());
+  MOENUM_CHECK(nbuf == static_cast<int>(t.d_row.size()), "mx_quantize: buffer count mismatch");
+  const int64_t rb = t.rows / nbuf, n = rb * t.cols;
+  for (int b = 0; b < nbuf; ++b) {
+    // rowwise scales [rows, cols/32] and columnwise [rows/32, cols] both start at element offset/32
+    uint8_t *qr = t.q_row.get() + b * n, *qc = t.q_col.get() + b * n;
+    uint8_t *sr = t.s_row.get() + b * n / kMxBlock, *sc = t.s_col.get() + b * n / kMxBlock;
+    launch_mx_quantize_bf16(src[b], rb, t.cols, t.fmt, opt_.mx.rounding, qr, sr, qc, sc, s);
+    launch_mx_dequantize_bf16(qr, sr, rb, t.cols, t.fmt, false, t.d_row[b].get(), mx_inexact_.get(), s);
+    launch_mx_dequantize_bf16(qc, sc, rb, t.cols, t.fmt, true, t.d_col[b].get(), mx_inexact_.get(), s);
+  }
 }
 
 void GroupedMlp::set_plan(const Routing& routing, const DispatchPlan& plan, cudaStream_t s) {
@@ -139,6 +186,12 @@ void GroupedMlp::set_plan(const Routing& routing, const DispatchPlan& plan, cuda
     dh_.reset(R_ * 2 * F_);
     dxr_.reset(R_ * H_);
     dp_.reset(R_);
+    if (opt_.mx.on) {
+      mx_alloc(mx_x_, Fp8Format::E4M3, R_, H_, 1);
+      mx_alloc(mx_a_, Fp8Format::E4M3, R_, F_, 1);
+      mx_alloc(mx_dy_, opt_.mx.grad, R_, H_, 1);
+      mx_alloc(mx_dh_, opt_.mx.grad, R_, 2 * F_, 1);
+    }
   }
 }
 
@@ -159,6 +212,37 @@ GroupedGemmDesc GroupedMlp::desc(int id) const {
     return out;
   };
   const size_t n1 = 2 * F_ * H_, n2 = H_ * F_;
+  if (opt_.mx.on) {  // the dequantized MXFP8 operands, TE's directions (mxfp8_policy.h)
+    switch (id) {
+      case 0:  // fc1_fprop: x rowwise, w1 rowwise
+        g.kind = GemmKind::Fprop, g.n = 2 * F_, g.k = H_, g.a = mx_x_.d_row[0].get(), g.b_expert = w(mx_w1_.d_row, n1),
+        g.d_rows = h_.get();
+        if (opt_.fc1_bias_in_epilogue && opt_.bias)
+          for (int64_t e = 0; e < E_; ++e) g.bias_expert.push_back(b1_.get() + e * 2 * F_);
+        break;
+      case 1:  // fc2_fprop: a rowwise, w2 rowwise
+        g.kind = GemmKind::Fprop, g.n = H_, g.k = F_, g.a = mx_a_.d_row[0].get(), g.b_expert = w(mx_w2_.d_row, n2),
+        g.d_rows = o_.get();
+        break;
+      case 2:  // fc2_dgrad: dy rowwise (grad), w2 columnwise (blocks along H)
+        g.kind = GemmKind::Dgrad, g.n = F_, g.k = H_, g.a = mx_dy_.d_row[0].get(), g.b_expert = w(mx_w2_.d_col, n2),
+        g.d_rows = da_.get();
+        break;
+      case 3:  // fc2_wgrad: dy columnwise (grad), a columnwise (blocks along tokens)
+        g.kind = GemmKind::Wgrad, g.m = H_, g.n = F_, g.a = mx_dy_.d_col[0].get(), g.b_rows = mx_a_.d_col[0].get(),
+        g.d_expert = dw(dw2_, n2);
+        break;
+      case 4:  // fc1_dgrad: dh rowwise (grad), w1 columnwise (blocks along 2F)
+        g.kind = GemmKind::Dgrad, g.n = H_, g.k = 2 * F_, g.a = mx_dh_.d_row[0].get(), g.b_expert = w(mx_w1_.d_col, n1),
+        g.d_rows = dxr_.get();
+        break;
+      case 5:  // fc1_wgrad: dh columnwise (grad), x columnwise
+        g.kind = GemmKind::Wgrad, g.m = 2 * F_, g.n = H_, g.a = mx_dh_.d_col[0].get(), g.b_rows = mx_x_.d_col[0].get(),
+        g.d_expert = dw(dw1_, n1);
+        break;
+    }
+    return g;
+  }
   switch (id) {
     case 0:  // FC1 fprop: h = x . w1^T
       g.kind = GemmKind::Fprop, g.n = 2 * F_, g.k = H_, g.a = xd_.get(), g.b_expert = w(w1_, n1), g.d_rows = h_.get();
@@ -192,11 +276,23 @@ void GroupedMlp::poison_outputs(cudaStream_t s) {
 void GroupedMlp::forward(cudaStream_t s) {
   launch_counts_to_offsets(counts_.get(), offsets_.get(), static_cast<int>(E_), s);
   engine_->begin(counts_.get(), static_cast<int>(E_), s);
+  auto ptrs = [](const std::vector<DeviceBuffer<uint16_t>>& v) {
+    std::vector<const uint16_t*> p;
+    for (auto& b : v) p.push_back(b.get());
+    return p;
+  };
+  if (opt_.mx.on) {
+    mx_inexact_.zero(s);
+    mx_quantize(mx_w1_, ptrs(w1_), s);
+    mx_quantize(mx_w2_, ptrs(w2_), s);
+  }
   if (R_ > 0) {
     launch_gather_rows(x_.get(), row_token_.get(), R_, H_, xd_.get(), s);
+    if (opt_.mx.on) mx_quantize(mx_x_, {xd_.get()}, s);
     engine_->run(desc(0), s);
     launch_act_fwd(h_.get(), (opt_.fc1_bias_in_epilogue || !opt_.bias) ? nullptr : b1_.get(), row_expert_.get(), row_prob_.get(), R_,
                    F_, a_.get(), s);
+    if (opt_.mx.on) mx_quantize(mx_a_, {a_.get()}, s);
     engine_->run(desc(1), s);
   }
   launch_combine_fwd(o_.get(), opt_.bias ? b2_.get() : nullptr, row_expert_.get(), row_prob_.get(), crow_.get(), T_, k_, H_, y_.get(), s);
@@ -210,10 +306,12 @@ void GroupedMlp::backward(cudaStream_t s) {
   dprobs_.zero(s);
   if (R_ > 0) {
     launch_gather_rows(dy_.get(), row_token_.get(), R_, H_, dyd_.get(), s);
+    if (opt_.mx.on) mx_quantize(mx_dy_, {dyd_.get()}, s);
     engine_->run(desc(2), s);
     engine_->run(desc(3), s);
     launch_act_bwd(da_.get(), h_.get(), dyd_.get(), opt_.bias ? b2_.get() : nullptr, row_expert_.get(), row_prob_.get(), R_, F_, H_,
                    dh_.get(), dp_.get(), s);
+    if (opt_.mx.on) mx_quantize(mx_dh_, {dh_.get()}, s);
     engine_->run(desc(4), s);
     engine_->run(desc(5), s);
     if (opt_.bias)
@@ -245,6 +343,32 @@ BackendResult GroupedMlp::download(bool intermediates, cudaStream_t s) const {
     r.stages["da"] = bf16_tensor(da_, {R_, F_}, s);
     r.stages["dh"] = bf16_tensor(dh_, {R_, 2 * F_}, s);
     r.stages["dx_row"] = bf16_tensor(dxr_, {R_, H_}, s);
+  }
+  if (opt_.mx.on) {
+    r.attrs["mx_bf16_inexact"] = std::to_string(mx_inexact_.download(s).at(0));
+    if (intermediates) {
+      // reference/mxfp8_policy.h: <gemm>.<A|B>.{codes,scales}, natural layouts, plain scales
+      auto put = [&](const std::string& name, const MxTensor& t, bool col, std::vector<int64_t> shape,
+                     std::vector<int64_t> sshape) {
+        r.stages[name + ".codes"] = u8_tensor(col ? t.q_col : t.q_row, std::move(shape), fmt_name(t.fmt), s);
+        r.stages[name + ".scales"] = u8_tensor(col ? t.s_col : t.s_row, std::move(sshape), "e8m0", s);
+      };
+      const int64_t N = R_, F2 = 2 * F_, H = H_, F = F_, E = E_;
+      put("fc1_fprop.B", mx_w1_, false, {E, F2, H}, {E, F2, H / 32});
+      put("fc2_fprop.B", mx_w2_, false, {E, H, F}, {E, H, F / 32});
+      put("fc2_dgrad.B", mx_w2_, true, {E, H, F}, {E, H / 32, F});
+      put("fc1_dgrad.B", mx_w1_, true, {E, F2, H}, {E, F2 / 32, H});
+      if (N > 0) {
+        put("fc1_fprop.A", mx_x_, false, {N, H}, {N, H / 32});
+        put("fc2_fprop.A", mx_a_, false, {N, F}, {N, F / 32});
+        put("fc2_dgrad.A", mx_dy_, false, {N, H}, {N, H / 32});
+        put("fc1_dgrad.A", mx_dh_, false, {N, F2}, {N, F2 / 32});
+        put("fc2_wgrad.A", mx_dy_, true, {N, H}, {N / 32, H});
+        put("fc2_wgrad.B", mx_a_, true, {N, F}, {N / 32, F});
+        put("fc1_wgrad.A", mx_dh_, true, {N, F2}, {N / 32, F2});
+        put("fc1_wgrad.B", mx_x_, true, {N, H}, {N / 32, H});
+      }
+    }
   }
   return r;
 }

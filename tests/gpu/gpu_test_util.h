@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,30 @@ inline bool within_gemm_bound(double c, double exact, double abs_sum, int64_t K,
   const double half_ulp = mag > 0 ? std::ldexp(1.0, std::ilogb(mag) - mant_bits) : 0.0;
   const double slack = K * std::ldexp(1.0, -52) * abs_sum + 1e-300;
   return std::fabs(c - exact) <= gamma * abs_sum + half_ulp + slack;
+}
+
+// Checks every element of D (rows x cols) against sum_i A(r,i) * B(i,c) over K terms.
+inline int64_t count_bound_violations(const std::function<double(int64_t, int64_t)>& D, int64_t rows, int64_t cols, int64_t K,
+                               const std::function<double(int64_t, int64_t, int64_t)>& prod, int mant_bits,
+                               std::string* first) {
+  int64_t bad = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      double s = 0, a = 0;
+      for (int64_t i = 0; i < K; ++i) {
+        const double p = prod(r, c, i);
+        s += p;
+        a += std::fabs(p);
+      }
+      const double d = D(r, c);
+      if (!within_gemm_bound(d, s, a, K, mant_bits)) {
+        if (!bad && first)
+          *first = "(" + std::to_string(r) + "," + std::to_string(c) + "): got " + std::to_string(d) + " exact " +
+                   std::to_string(s);
+        ++bad;
+      }
+    }
+  return bad;
 }
 
 }  // namespace moenum::gputest

@@ -44,30 +44,6 @@ LayerRun run_backend(const std::string& backend, const ScenarioSpec& spec) {
   return r;
 }
 
-// Checks every element of D (rows x cols) against sum_i A(r,i) * B(i,c) over K terms.
-int64_t count_bound_violations(const std::function<double(int64_t, int64_t)>& D, int64_t rows, int64_t cols, int64_t K,
-                               const std::function<double(int64_t, int64_t, int64_t)>& prod, int mant_bits,
-                               std::string* first) {
-  int64_t bad = 0;
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) {
-      double s = 0, a = 0;
-      for (int64_t i = 0; i < K; ++i) {
-        const double p = prod(r, c, i);
-        s += p;
-        a += std::fabs(p);
-      }
-      const double d = D(r, c);
-      if (!within_gemm_bound(d, s, a, K, mant_bits)) {
-        if (!bad && first)
-          *first = "(" + std::to_string(r) + "," + std::to_string(c) + "): got " + std::to_string(d) + " exact " +
-                   std::to_string(s);
-        ++bad;
-      }
-    }
-  return bad;
-}
-
 void check_layer(const LayerRun& r) {
   const Problem& p = r.prob;
   const int64_t H = p.H, F = p.F, R = r.flat.rows, T = p.T, k = p.k, E = p.E;

@@ -58,7 +58,36 @@ __global__ void mx_swizzle_kernel(const uint8_t* plain, int64_t rows, int64_t sc
   }
 }
 
+__global__ void mx_dequantize_kernel(const uint8_t* q, const uint8_t* sc, int64_t rows, int64_t cols, Fp8Format fmt,
+                                     bool columnwise, uint16_t* out, unsigned int* inexact) {
+  const int64_t n = rows * cols;
+  const int64_t nb = cols / kMxBlock;
+  unsigned int bad = 0;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = idx / cols, j = idx % cols;
+    const uint8_t code = columnwise ? sc[(i / kMxBlock) * cols + j] : sc[i * nb + j / kMxBlock];
+    const float v = mx_dequantize_element(q[idx], code, fmt);
+    const uint16_t b = bf16_bits_rn(v);
+    out[idx] = b;
+    bad += (v == v) && bf16_to_f32(b) != v;
+  }
+  if (inexact && bad) atomicAdd(inexact, bad);
+}
+
 }  // namespace
+
+void launch_mx_dequantize_bf16(const uint8_t* q, const uint8_t* s, int64_t rows, int64_t cols, Fp8Format fmt,
+                               bool columnwise, uint16_t* out, unsigned int* inexact, cudaStream_t st) {
+  MOENUM_CHECK(cols % kMxBlock == 0, "mx_dequantize: cols must be a multiple of 32");
+  MOENUM_CHECK(!columnwise || rows % kMxBlock == 0, "mx_dequantize: columnwise needs rows % 32 == 0");
+  const int64_t n = rows * cols;
+  if (n == 0) return;
+  const int threads = 256;
+  const int blocks = static_cast<int>(std::min<int64_t>((n + threads - 1) / threads, 8192));
+  mx_dequantize_kernel<<<blocks, threads, 0, st>>>(q, s, rows, cols, fmt, columnwise, out, inexact);
+  MOENUM_CUDA_LAUNCH_CHECK();
+}
 
 void launch_mx_quantize_bf16(const uint16_t* x, int64_t rows, int64_t cols, Fp8Format fmt, ScaleRounding rounding,
                              uint8_t* q_row, uint8_t* s_row, uint8_t* q_col, uint8_t* s_col, cudaStream_t s) {

@@ -17,6 +17,16 @@ namespace moenum::gpu {
 void launch_mx_quantize_bf16(const uint16_t* x, int64_t rows, int64_t cols, Fp8Format fmt, ScaleRounding rounding,
                              uint8_t* q_row, uint8_t* s_row, uint8_t* q_col, uint8_t* s_col, cudaStream_t s);
 
+// Dequantize MXFP8 codes to bf16 for the Hopper path of the mxfp8 recipe (no native MXFP8 GEMM on
+// sm_90: each GEMM runs bf16 on the dequantized operand values). out[i, j] = bf16(fp8(q[i, j]) *
+// 2^(scale - 127)) with the scale of element (i, j) at s[i, j/32] (columnwise = false) or
+// s[i/32, j] (columnwise = true). When the operands were quantized from bf16 tensors every such
+// value is exact in bf16 (see mx_dequant_exact_in_bf16 in grouped_mlp.h for the argument); the
+// kernel still checks it per element and adds the number of inexact elements (NaN never counts) to
+// *inexact when inexact != nullptr.
+void launch_mx_dequantize_bf16(const uint8_t* q, const uint8_t* s, int64_t rows, int64_t cols, Fp8Format fmt,
+                               bool columnwise, uint16_t* out, unsigned int* inexact, cudaStream_t st);
+
 // Index of scale (i, j) of a plain [rows, scale_cols] scale matrix in the cuBLAS sm_100 128x4
 // swizzled layout, padded to [roundup(rows,128), roundup(scale_cols,4)] (numerics.md §5): i runs
 // along the non-reduced dimension, j along the blocks of 32 of the reduced one.

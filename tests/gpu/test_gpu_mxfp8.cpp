@@ -1,0 +1,279 @@
+// The mxfp8 recipe on the GPU backends (Hopper path: bf16 GEMMs on the exact dequantized MXFP8
+// operands, grouped_mlp.h). Checks:
+//   - every dequantized MXFP8 value quantized from a bf16 value is exact in bf16 (CPU, exhaustive);
+//   - the GPU's operand codes and scales (stages <gemm>.<A|B>.{codes,scales}) are bitwise equal to
+//     the CPU policy's (reference/mxfp8_policy.h quantize_codes via add_mx_operand_stages),
+//     teacher-forced: a and dh are the GPU's own stage values;
+//   - each of the six GEMMs is within the numerics.md §7 per-element bound of the exact result on
+//     the dequantized operands (read back from the GPU's codes and scales), empty experts exact 0;
+//   - single and discrete weights agree bitwise within each backend.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "gpu_test_util.h"
+#include "grouped_mlp.h"
+#include "moenum/backend.h"
+#include "moenum/bf16.h"
+#include "moenum/dispatch_plan.h"
+#include "moenum/mx.h"
+#include "moenum/problem.h"
+#include "moenum/routing.h"
+#include "mxfp8_policy.h"
+
+namespace moenum::gputest {
+namespace {
+
+// ---- exactness of dequantized MXFP8 values in bf16 (no GPU needed) ---------------------------------
+
+TEST(MxDequantBf16, ExactForEveryBf16InputAndScaleCode) {
+  for (Fp8Format f : {Fp8Format::E4M3, Fp8Format::E5M2}) {
+    int64_t inexact_from_bf16 = 0, inexact_pairs = 0;
+    int min_code_inexact = 256;
+    // every (fp8 code, scale code): which dequantized values are not bf16 at all (the subnormal edge)
+    for (int c = 0; c < 255; ++c)
+      for (int q = 0; q < 256; ++q) {
+        const float v = mx_dequantize_element(uint8_t(q), uint8_t(c), f);
+        if (v == v && round_bf16(v) != v) ++inexact_pairs, min_code_inexact = std::min(min_code_inexact, c);
+      }
+    // every bf16 input x and every scale code: quantize then dequantize, as the GPU path does
+    for (int c = 0; c < 255; ++c) {
+      const float inv = mx_inv_scale(uint8_t(c), InvScaleRule::Spec);
+      for (uint32_t b = 0; b < 65536; ++b) {
+        const float x = bf16_to_f32(uint16_t(b));
+        const float v = mx_dequantize_element(mx_quantize_element(x, inv, f), uint8_t(c), f);
+        inexact_from_bf16 += (v == v) && round_bf16(v) != v;
+      }
+    }
+    EXPECT_EQ(0, inexact_from_bf16) << "format " << int(f);
+    // The edge exists (fp8 subnormal grid x 2^(c-127) finer than bf16's 2^-133 for small codes) but
+    // bf16 inputs never land there.
+    EXPECT_GT(inexact_pairs, 0);
+    EXPECT_LE(min_code_inexact, 0);
+    RecordProperty(f == Fp8Format::E4M3 ? "e4m3_inexact_pairs" : "e5m2_inexact_pairs", std::to_string(inexact_pairs));
+  }
+}
+
+// ---- layer runs -------------------------------------------------------------------------------------
+
+struct MxRun {
+  Scenario sc;
+  Problem prob;
+  Routing routing;
+  DispatchPlan plan;
+  gpu::FlatPlan flat;
+  BackendResult res;
+};
+
+struct MxCase {
+  std::string name;
+  ScenarioSpec spec;
+  std::string grad = "e4m3", rounding = "rceil";
+};
+
+Scenario mx_scenario(const MxCase& c) {
+  Scenario sc = make_scenario(c.spec);
+  sc.name = "gpu-mxfp8-" + c.name;
+  sc.recipe.name = "mxfp8";
+  sc.recipe.grad_format = c.grad;
+  sc.recipe.scale_rounding = c.rounding;
+  return sc;
+}
+
+MxRun run_mx(const std::string& backend, const MxCase& c) {
+  MxRun r;
+  r.sc = mx_scenario(c);
+  r.prob = generate_problem(r.sc);
+  r.routing = route(r.sc);
+  r.plan = plan_dispatch(r.sc, r.routing);
+  r.flat = gpu::flatten_plan(r.routing, r.plan, r.prob.T, r.prob.E, r.prob.k);
+  auto be = make_backend(backend);
+  Availability av = be->available(r.sc);
+  EXPECT_TRUE(av.ok) << av.reason;
+  RunContext ctx{r.sc, r.prob, r.routing, r.plan};
+  r.res = be->run(ctx);
+  return r;
+}
+
+std::vector<MxCase> mx_cases() {
+  std::vector<MxCase> v;
+  MxCase c;
+  c.name = "module_ep2_nobias";
+  c.spec.padding = "module", c.spec.align = 32, c.spec.ep = 2, c.spec.bias = false;
+  v.push_back(c);
+  c = {};
+  c.name = "router_e5m2_floor_nobias";
+  c.spec.padding = "router", c.spec.align = 32, c.spec.bias = false, c.spec.skew = "zipf", c.spec.zipf_s = 1.2;
+  c.grad = "e5m2", c.rounding = "floor";
+  v.push_back(c);
+  c = {};
+  c.name = "hybridep_ep4_bias";
+  c.spec.padding = "hybridep", c.spec.align = 32, c.spec.ep = 4;
+  v.push_back(c);
+  c = {};
+  c.name = "empty_and_single_nobias";  // empty experts, single-token experts (padded to 32)
+  c.spec.T = 64, c.spec.counts = {40, 0, 1, 30, 0, 20, 1, 36}, c.spec.padding = "module", c.spec.align = 32;
+  c.spec.bias = false;
+  v.push_back(c);
+  return v;
+}
+
+// Dequantized values of a codes/scales stage pair, natural layout flattened to [rows, cols].
+std::vector<double> dequant(const Tensor& codes, const Tensor& scales, bool columnwise) {
+  const Fp8Format f = codes.dtype == "e5m2" ? Fp8Format::E5M2 : Fp8Format::E4M3;
+  const int64_t cols = codes.shape.back(), rows = codes.size() / cols;
+  std::vector<double> out(size_t(rows * cols));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) {
+      const double s = columnwise ? scales.data[(i / 32) * cols + j] : scales.data[i * (cols / 32) + j / 32];
+      out[i * cols + j] = mx_dequantize_element(uint8_t(codes.data[i * cols + j]), uint8_t(s), f);
+    }
+  return out;
+}
+
+const char* kOperandStages[] = {"fc1_fprop.A", "fc1_fprop.B", "fc2_fprop.A", "fc2_fprop.B",
+                                "fc2_dgrad.A", "fc2_dgrad.B", "fc1_dgrad.A", "fc1_dgrad.B",
+                                "fc2_wgrad.A", "fc2_wgrad.B", "fc1_wgrad.A", "fc1_wgrad.B"};
+
+void check_mx_layer(const MxRun& r, bool gpu = true) {
+  const auto& st = r.res.stages;
+  if (gpu) {
+    EXPECT_NE(r.res.attrs.at("recipe_path").find("dequantized MXFP8"), std::string::npos);
+    EXPECT_EQ("0", r.res.attrs.at("mx_bf16_inexact"));
+  }
+
+  // 1. operand codes and scales bitwise equal to the CPU policy's, teacher-forced on a and dh
+  const reference::Mxfp8Policy pol = reference::Mxfp8Policy::from_scenario(r.sc);
+  std::map<std::string, Tensor> want{{"a", st.at("a")}, {"dh", st.at("dh")}};
+  reference::add_mx_operand_stages(pol, r.prob, r.plan, want);
+  for (const char* op : kOperandStages)
+    for (const char* part : {".codes", ".scales"}) {
+      const std::string name = std::string(op) + part;
+      ASSERT_TRUE(st.count(name)) << "GPU lacks stage " << name;
+      const Tensor &g = st.at(name), &w = want.at(name);
+      EXPECT_EQ(w.shape, g.shape) << name;
+      EXPECT_EQ(w.dtype, g.dtype) << name;
+      int64_t bad = 0;
+      for (int64_t i = 0; i < std::min(g.size(), w.size()); ++i) bad += std::memcmp(&g.data[i], &w.data[i], 8) != 0;
+      EXPECT_EQ(0, bad) << name << ": " << bad << " of " << w.size() << " differ from the CPU policy";
+    }
+
+  // 2. each GEMM within the §7 bound of the exact result on the dequantized operands
+  const Problem& p = r.prob;
+  const int64_t H = p.H, F = p.F, F2 = 2 * F, R = r.flat.rows, E = p.E;
+  auto dq = [&](const char* op, bool col) { return dequant(st.at(std::string(op) + ".codes"), st.at(std::string(op) + ".scales"), col); };
+  const auto x_r = dq("fc1_fprop.A", false), w1_r = dq("fc1_fprop.B", false), a_r = dq("fc2_fprop.A", false),
+             w2_r = dq("fc2_fprop.B", false), dy_r = dq("fc2_dgrad.A", false), w2_c = dq("fc2_dgrad.B", true),
+             dh_r = dq("fc1_dgrad.A", false), w1_c = dq("fc1_dgrad.B", true), dy_c = dq("fc2_wgrad.A", true),
+             a_c = dq("fc2_wgrad.B", true), dh_c = dq("fc1_wgrad.A", true), x_c = dq("fc1_wgrad.B", true);
+  const Tensor &h = st.at("h"), &o = st.at("o"), &da = st.at("da"), &dxr = st.at("dx_row");
+  const auto& ex = r.flat.row_expert;
+  std::string why;
+  if (!r.sc.model.bias) {  // with bias separate, h holds bf16(bf16(GEMM) + b1)
+    EXPECT_EQ(0, count_bound_violations([&](int64_t i, int64_t j) { return h.data[i * F2 + j]; }, R, F2, H,
+                                        [&](int64_t i, int64_t j, int64_t c) { return x_r[i * H + c] * w1_r[(ex[i] * F2 + j) * H + c]; },
+                                        8, &why))
+        << "fc1_fprop " << why;
+  }
+  EXPECT_EQ(0, count_bound_violations([&](int64_t i, int64_t j) { return o.data[i * H + j]; }, R, H, F,
+                                      [&](int64_t i, int64_t j, int64_t c) { return a_r[i * F + c] * w2_r[(ex[i] * H + j) * F + c]; },
+                                      8, &why))
+      << "fc2_fprop " << why;
+  EXPECT_EQ(0, count_bound_violations([&](int64_t i, int64_t j) { return da.data[i * F + j]; }, R, F, H,
+                                      [&](int64_t i, int64_t j, int64_t c) { return dy_r[i * H + c] * w2_c[(ex[i] * H + c) * F + j]; },
+                                      8, &why))
+      << "fc2_dgrad " << why;
+  EXPECT_EQ(0, count_bound_violations([&](int64_t i, int64_t j) { return dxr.data[i * H + j]; }, R, H, F2,
+                                      [&](int64_t i, int64_t j, int64_t c) { return dh_r[i * F2 + c] * w1_c[(ex[i] * F2 + c) * H + j]; },
+                                      8, &why))
+      << "fc1_dgrad " << why;
+  std::vector<int64_t> off(E + 1, 0);
+  for (int64_t e = 0; e < E; ++e) off[e + 1] = off[e] + r.flat.counts[e];
+  const Tensor &dw1 = r.res.outputs.at("dw1"), &dw2 = r.res.outputs.at("dw2");
+  int64_t w2_bad = 0, w1_bad = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t M = off[e + 1] - off[e], b = off[e];
+    if (M == 0) {
+      for (int64_t i = 0; i < F2 * H; ++i) w1_bad += dw1.data[e * F2 * H + i] != 0.0;
+      for (int64_t i = 0; i < H * F; ++i) w2_bad += dw2.data[e * H * F + i] != 0.0;
+      continue;
+    }
+    w2_bad += count_bound_violations([&](int64_t i, int64_t j) { return dw2.data[(e * H + i) * F + j]; }, H, F, M,
+                                     [&](int64_t i, int64_t j, int64_t m) { return dy_c[(b + m) * H + i] * a_c[(b + m) * F + j]; },
+                                     24, &why);
+    w1_bad += count_bound_violations([&](int64_t i, int64_t j) { return dw1.data[(e * F2 + i) * H + j]; }, F2, H, M,
+                                     [&](int64_t i, int64_t j, int64_t m) { return dh_c[(b + m) * F2 + i] * x_c[(b + m) * H + j]; },
+                                     24, &why);
+  }
+  EXPECT_EQ(0, w2_bad) << "fc2_wgrad " << why;
+  EXPECT_EQ(0, w1_bad) << "fc1_wgrad " << why;
+  for (const auto& [name, ten] : r.res.outputs)
+    for (double v : ten.data) ASSERT_FALSE(std::isnan(v)) << name << " has an unwritten (NaN) element";
+}
+
+// The checker itself, on the CPU reference's mxfp8 run (no GPU needed): exact GEMMs, the policy's
+// own operand stages, so it must find nothing.
+class MxChecker : public ::testing::TestWithParam<MxCase> {};
+
+TEST_P(MxChecker, AcceptsTheReference) {
+  auto names = backend_names();
+  if (std::find(names.begin(), names.end(), "reference") == names.end()) GTEST_SKIP() << "reference backend not linked";
+  MxRun r = run_mx("reference", GetParam());
+  check_mx_layer(r, false);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, MxChecker, ::testing::ValuesIn(mx_cases()),
+                         [](const auto& info) { return info.param.name; });
+
+class GpuMxfp8Layer : public ::testing::TestWithParam<std::tuple<std::string, MxCase>> {};
+
+TEST_P(GpuMxfp8Layer, OperandsBitwiseGemmsWithinBound) {
+  MOENUM_REQUIRE_GPU();
+  const auto& [backend, c] = GetParam();
+  MxRun r = run_mx(backend, c);
+  check_mx_layer(r);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, GpuMxfp8Layer,
+                         ::testing::Combine(::testing::Values("gpu.grouped", "gpu.multistream"),
+                                            ::testing::ValuesIn(mx_cases())),
+                         [](const auto& info) {
+                           std::string b = std::get<0>(info.param);
+                           for (auto& ch : b) ch = ch == '.' ? '_' : ch;
+                           return b + "__" + std::get<1>(info.param).name;
+                         });
+
+TEST(GpuMxfp8Weights, SingleAndDiscreteAgreeBitwise) {
+  MOENUM_REQUIRE_GPU();
+  MxCase c;
+  c.name = "weights";
+  c.spec.ep = 2, c.spec.padding = "router", c.spec.align = 32;
+  for (const char* backend : {"gpu.grouped", "gpu.multistream"}) {
+    c.spec.weights = "single";
+    MxRun a = run_mx(backend, c);
+    c.spec.weights = "discrete";
+    MxRun b = run_mx(backend, c);
+    for (const auto& [name, t] : a.res.outputs) EXPECT_EQ(t.data, b.res.outputs.at(name).data) << backend << " " << name;
+    for (const auto& [name, t] : a.res.stages) EXPECT_EQ(t.data, b.res.stages.at(name).data) << backend << " stage " << name;
+  }
+}
+
+TEST(GpuMxfp8Config, UnalignedSegmentIsConfigError) {
+  MOENUM_REQUIRE_GPU();
+  MxCase c;
+  c.name = "unaligned";
+  c.spec.padding = "none";
+  Scenario sc = mx_scenario(c);
+  Problem prob = generate_problem(sc);
+  Routing routing = route(sc);
+  DispatchPlan plan = plan_dispatch(sc, routing);
+  for (const char* backend : {"gpu.grouped", "gpu.multistream"}) {
+    auto be = make_backend(backend);
+    RunContext ctx{sc, prob, routing, plan};
+    EXPECT_THROW(be->run(ctx), ConfigError) << backend;
+  }
+}
+
+}  // namespace
+}  // namespace moenum::gputest
