@@ -22,6 +22,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", action="store_true", help="skip points whose complete results file exists")
     run.add_argument("--shard", help="run slice i of n (i/n), e.g. for Slurm array jobs")
     run.add_argument("-q", "--quiet", action="store_true", help="only the final line")
+    run.add_argument("--inject", action="append", metavar="SPEC",
+                     help="fault injection (harness self-test), repeatable: BACKEND:TENSOR[i,j,...]+=Nulp or "
+                          "+=<number>, e.g. 'cpu.eigen:dw1[3,5,7]+=1ulp'; points then run one by one")
     rep = sub.add_parser("report", help="print the error table of a results file or folder")
     rep.add_argument("path", help="a results .h5 file or a folder of them")
     rep.add_argument("--by", help="group by these columns, e.g. tensor,expert")
@@ -35,8 +38,11 @@ def _cmd_run(args) -> int:
     if args.jobs < 1:
         raise ScenarioError(f"-j must be >= 1, got {args.jobs}", key="-j")
     backends = [b.strip() for b in args.backends.split(",") if b.strip()] if args.backends else None
-    camp = run_campaign(args.scenarios, out=args.out, jobs=args.jobs, resume=args.resume,
-                        shard=parse_shard(args.shard), backends=backends, quiet=args.quiet)
+    if args.inject:
+        camp = _run_injected(args, backends)
+    else:
+        camp = run_campaign(args.scenarios, out=args.out, jobs=args.jobs, resume=args.resume,
+                            shard=parse_shard(args.shard), backends=backends, quiet=args.quiet)
     n_backend = {"passed": 0, "failed": 0, "not_run": 0, "not_supported": 0}
     for r in camp.results:
         if not args.quiet:
@@ -49,6 +55,8 @@ def _cmd_run(args) -> int:
             failed_checks = [f"{k}: {r.check_details[k]}" for k, ok in r.checks.items() if not ok]
             for c in failed_checks:
                 print(f"   check FAILED {c}")
+            for inj in getattr(r, "injections", []):
+                print(f"   inject {inj['detail']}")
             print(format_table(r.errors))
         for d in r.disposition.values():
             n_backend[d] = n_backend.get(d, 0) + 1
@@ -61,6 +69,18 @@ def _cmd_run(args) -> int:
         return 1
     print(f"# OK: {n_points} scenario points passed ({counts}{resumed})")
     return 0
+
+
+def _run_injected(args, backends):
+    """--inject: parse the faults first (bad syntax: exit 2 before anything runs), then run every point
+    in this process with them (a harness self-test; -j, --resume and --shard do not apply)."""
+    from .campaign import Campaign
+    from .inject import parse_all
+    from .runner import run
+    from .scenario import load_scenarios
+    injections = parse_all(args.inject)
+    points = [sc for p in args.scenarios for sc in load_scenarios(p)]
+    return Campaign(results=[run(sc, out=args.out, backends=backends, inject=injections) for sc in points])
 
 
 def _cmd_report(args) -> int:

@@ -164,11 +164,11 @@ def outcome(inj: Injection, applied: dict, stage_results: list | None) -> tuple[
     order = [r.stage.name for r in stage_results]
     later = [r for r in stage_results[order.index(stage.name) + 1:] if r.status == "failed"]
     if later:
-        return False, (f"detected_downstream: {head}; the element is {CLASSES[c].replace('_', ' ')} in its own "
-                       f"stage {stage.name}, but first failing {later[0].reason}")
+        return False, (f"detected_downstream: {head}; its own stage {stage.name} classifies it {CLASSES[c]}, "
+                       f"but a later one disagrees with it: first failing {later[0].reason}")
     if stage.kind in (EXACT, MX):
         return False, f"missed: {head}; classified {CLASSES[c]} by the bit-exact stage {stage.name} (a harness bug)"
     lo, hi = float(sr.rec.lo[applied["index"]]), float(sr.rec.hi[applied["index"]])
-    return False, (f"undetectable: {head}; the perturbed value is {CLASSES[c].replace('_', ' ')} of stage "
-                   f"{stage.name} ({stage.kind}): it lies inside the bound [{lo!r}, {hi!r}] around the reference "
+    return False, (f"undetectable: {head}; stage {stage.name} ({stage.kind}) classifies the perturbed value "
+                   f"{CLASSES[c]}: it lies inside the bound [{lo!r}, {hi!r}] around the reference "
                    f"{float(sr.rec.ref[applied['index']])!r}, so no check can tell it from accumulation order")

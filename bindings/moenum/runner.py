@@ -114,7 +114,8 @@ def run(scenario, out="results", backends: list[str] | None = None, inject=None)
                 results[name]["disposition"], results[name]["reason"] = "failed", failed[0]
     reports = {}
     if check_stages:
-        stage_c, reports = stage_checks(cfg, prepared, results, names)
+        stage_c, reports = stage_checks(cfg, prepared, results, names,
+                                        include=[inj.backend for inj in injections])
         checks.update(stage_c)
         for name in reports:
             ok, detail = stage_c[f"stage.{name}"]

@@ -217,14 +217,26 @@ def gemm_interval(c32, absprod, K, post):
     return ref, pre, post(lo_acc)[0], post(hi_acc)[0]
 
 
+def _map_segments(ctx, fn):
+    """fn(e, s, en) over the non-empty expert segments, in threads (the C++ GEMMs release the GIL)."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+    todo = [(e, s, en) for e, (s, en) in enumerate(ctx.segments) if en > s]
+    workers = min(len(todo), os.cpu_count() or 1)
+    if workers <= 1:
+        return [(e, s, en, fn(e, s, en)) for e, s, en in todo]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        parts = list(pool.map(lambda a: fn(*a), todo))
+    return [(e, s, en, p) for (e, s, en), p in zip(todo, parts)]
+
+
 def _rows_gemm(ctx, t, out_cols, per_expert, dtype):
     """A per-row GEMM stage over every expert segment: per_expert(e, s, en) -> (ref, pre, lo, hi)."""
     R = ctx.row_expert.size
     res = [np.zeros((R, out_cols)) for _ in range(4)]
-    for e, (s, en) in enumerate(ctx.segments):
-        if en > s:
-            for arr, part in zip(res, per_expert(e, s, en)):
-                arr[s:en] = part
+    for e, s, en, parts in _map_segments(ctx, per_expert):
+        for arr, part in zip(res, parts):
+            arr[s:en] = part
     ref, pre, lo, hi = res
     return Recomputed(ref=ref, dtype=dtype, expert=ctx.row_experts(out_cols), pre=pre, lo=lo, hi=hi)
 
@@ -304,11 +316,11 @@ def _wgrad(ctx, t, gemm, a_natural, b_natural, shape):
     B = gemm_operand(ctx, t, gemm, "B", b_natural)
     E = len(ctx.segments)
     ref, pre, lo, hi = (np.zeros((E,) + shape) for _ in range(4))
-    for e, (s, en) in enumerate(ctx.segments):
-        if en == s:  # an empty expert: exactly zero
-            continue
+    def seg(e, s, en):  # an empty expert stays exactly zero
         c32, S, c64 = _core.exact_gemm_nt(np.ascontiguousarray(A[s:en].T), np.ascontiguousarray(B[s:en].T))
-        ref[e], pre[e], lo[e], hi[e] = gemm_interval(c32, S, en - s, _identity_post(c64))
+        return gemm_interval(c32, S, en - s, _identity_post(c64))
+    for e, s, en, parts in _map_segments(ctx, seg):
+        ref[e], pre[e], lo[e], hi[e] = parts
     return Recomputed(ref=ref, dtype="fp32", expert=np.arange(E).reshape((E,) + (1,) * len(shape)),
                       pre=pre, lo=lo, hi=hi)
 
