@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import json
-import multiprocessing
 import os
+import pickle
+import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +61,20 @@ def _is_complete(path: Path, sc: Scenario) -> bool:
 def _run_point(sc: Scenario, out: str, backends):
     from .runner import run
     return run(sc, out=out, backends=backends)
+
+
+def _run_point_in_process(sc: Scenario, out: str, backends) -> RunResult:
+    """Run one point in a fresh `python -m moenum.worker` process and read its results file back."""
+    with tempfile.TemporaryDirectory(prefix="moenum-task-") as tmp:
+        task = Path(tmp) / "task.pickle"
+        task.write_bytes(pickle.dumps((sc, {"out": str(out), "backends": backends})))
+        proc = subprocess.run([sys.executable, "-m", "moenum.worker", str(task)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if proc.returncode == 2:
+        raise ScenarioError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "bad input")
+    if proc.returncode != 0:
+        raise RuntimeError(f"scenario point {sc.name} crashed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+    return open_results(result_path(out, sc.name))
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:
@@ -143,10 +159,9 @@ def run_points(points: list[Scenario], out="results", jobs: int = 1, resume: boo
             index.record(r)
             progress.step(sc.name, "passed" if r.passed else "FAILED")
     else:
-        # spawn, not fork: the C++ core uses OpenMP, whose thread pool does not survive fork
-        ctx = multiprocessing.get_context("spawn")
-        with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-            futures = {pool.submit(_run_point, sc, out, backends): sc for sc in todo}
+        # threads that each wait on a worker process: the points run in parallel processes
+        with cf.ThreadPoolExecutor(max_workers=jobs) as pool:
+            futures = {pool.submit(_run_point_in_process, sc, out, backends): sc for sc in todo}
             for fut in cf.as_completed(futures):
                 sc = futures[fut]
                 r = fut.result()
