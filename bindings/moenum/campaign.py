@@ -29,6 +29,7 @@ from .scenario import Scenario, load_scenarios
 class Campaign:
     results: list[RunResult] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # resumed: already complete on disk
+    checks: dict = field(default_factory=dict)        # cross-scenario invariances: name -> (ok, detail)
 
     @property
     def errors(self) -> pd.DataFrame:
@@ -44,7 +45,7 @@ class Campaign:
 
     @property
     def passed(self) -> bool:
-        return all(r.passed for r in self.results)
+        return all(r.passed for r in self.results) and all(ok for ok, _ in self.checks.values())
 
 
 def _is_complete(path: Path, sc: Scenario) -> bool:
@@ -122,10 +123,13 @@ class CampaignIndex:
                                     dispositions=dict(r.disposition))
         self.write()
 
-    def write(self):
+    def write(self, checks: dict | None = None):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps({"points": list(self.entries.values())}, indent=1, default=str))
+        doc = {"points": list(self.entries.values())}
+        if checks is not None:
+            doc["checks"] = {name: {"passed": bool(ok), "detail": detail} for name, (ok, detail) in checks.items()}
+        tmp.write_text(json.dumps(doc, indent=1, default=str))
         os.replace(tmp, self.path)
 
 
@@ -172,6 +176,9 @@ def run_points(points: list[Scenario], out="results", jobs: int = 1, resume: boo
     by_name = {r.name: r for r in camp.results}
     by_name.update(finished)
     camp.results = [by_name[sc.name] for sc in points if sc.name in by_name]
+    from .verify import invariance_checks
+    camp.checks = invariance_checks(camp.results)
+    index.write(camp.checks)
     return camp
 
 

@@ -25,6 +25,15 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--inject", action="append", metavar="SPEC",
                      help="fault injection (harness self-test), repeatable: BACKEND:TENSOR[i,j,...]+=Nulp or "
                           "+=<number>, e.g. 'cpu.eigen:dw1[3,5,7]+=1ulp'; points then run one by one")
+    nig = sub.add_parser("nightly", help="the CI gate: run a suite, JUnit XML, regressions against a baseline")
+    nig.add_argument("--suite", default="scenarios/nightly", help="scenario folder or file (default: scenarios/nightly)")
+    nig.add_argument("-o", "--out", default="results/nightly", help="output folder; nightly.json summary goes there")
+    nig.add_argument("--junit", help="write a JUnit XML report here")
+    nig.add_argument("--baseline", help="an earlier nightly.json (or its folder) to compare errors against")
+    nig.add_argument("--regression-factor", type=float, default=2.0,
+                     help="an error more than this many times its baseline is a regression (default 2)")
+    nig.add_argument("-j", "--jobs", type=int, default=1, help="scenario points run in parallel")
+    nig.add_argument("-q", "--quiet", action="store_true", help="only the final line")
     rep = sub.add_parser("report", help="print the error table of a results file or folder")
     rep.add_argument("path", help="a results .h5 file or a folder of them")
     rep.add_argument("--by", help="group by these columns, e.g. tensor,expert")
@@ -62,10 +71,17 @@ def _cmd_run(args) -> int:
             n_backend[d] = n_backend.get(d, 0) + 1
     n_points = len(camp.results)
     bad = [r for r in camp.results if not r.passed]
+    checks = getattr(camp, "checks", {})
+    bad_checks = [name for name, (ok, _) in checks.items() if not ok]
+    if checks and not args.quiet:
+        print(f"\n== cross-scenario invariance checks: {len(checks) - len(bad_checks)} of {len(checks)} passed")
+        for name in bad_checks:
+            print(f"   check FAILED {name}: {checks[name][1]}")
     counts = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in n_backend.items() if v)
     resumed = f", {len(camp.skipped)} resumed" if camp.skipped else ""
-    if bad:
-        print(f"# FAILED: {len(bad)} of {n_points} scenario points failed ({counts}{resumed})")
+    invariance = f", {len(bad_checks)} of {len(checks)} invariance checks failed" if bad_checks else ""
+    if bad or bad_checks:
+        print(f"# FAILED: {len(bad)} of {n_points} scenario points failed ({counts}{resumed}){invariance}")
         return 1
     print(f"# OK: {n_points} scenario points passed ({counts}{resumed})")
     return 0
@@ -81,6 +97,34 @@ def _run_injected(args, backends):
     injections = parse_all(args.inject)
     points = [sc for p in args.scenarios for sc in load_scenarios(p)]
     return Campaign(results=[run(sc, out=args.out, backends=backends, inject=injections) for sc in points])
+
+
+def _cmd_nightly(args) -> int:
+    from .nightly import run_nightly
+    camp, found = run_nightly(args.suite, out=args.out, junit=args.junit, baseline=args.baseline,
+                              factor=args.regression_factor, jobs=args.jobs, quiet=args.quiet)
+    counts: dict = {}
+    for r in camp.results:
+        for d in r.disposition.values():
+            counts[d] = counts.get(d, 0) + 1
+        if not args.quiet:
+            for b, d in r.disposition.items():
+                if d != "passed":
+                    print(f"{r.name} {b}: {d} {r.reasons.get(b, '')}")
+    for f in found:
+        print(f"regression: {f}")
+    bad_checks = [n for n, (ok, _) in camp.checks.items() if not ok]
+    for n in bad_checks:
+        print(f"check FAILED {n}: {camp.checks[n][1]}")
+    text = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in sorted(counts.items()))
+    failed = counts.get("failed", 0) + len(found) + len(bad_checks) + sum(not all(r.checks.values()) for r in camp.results)
+    if failed:
+        print(f"# FAILED: nightly, {len(camp.results)} scenario points ({text}), {len(found)} regressions, "
+              f"{len(bad_checks)} invariance checks failed")
+        return 1
+    print(f"# OK: nightly, {len(camp.results)} scenario points ({text}), 0 regressions, "
+          f"{len(camp.checks)} invariance checks passed")
+    return 0
 
 
 def _cmd_report(args) -> int:
@@ -106,6 +150,8 @@ def main(argv=None) -> int:
     try:
         if args.command == "run":
             return _cmd_run(args)
+        if args.command == "nightly":
+            return _cmd_nightly(args)
         return _cmd_report(args)
     except ScenarioError as e:
         print(f"moenum: error: {e}", file=sys.stderr)

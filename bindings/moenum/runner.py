@@ -37,6 +37,8 @@ def _check_alignment(sc: Scenario, prepared) -> None:
 def _run_backend(name: str, core_sc, prepared) -> dict:
     if name.startswith("torch:"):
         return {"disposition": "not_supported", "reason": "torch callables are not wired yet"}
+    if name not in _core.backend_names():  # a GPU backend in a build without CUDA
+        return {"disposition": "not_run", "reason": "this moenum was built without CUDA (MOENUM_CUDA=OFF or no nvcc)"}
     ok, disposition, reason = _core.backend_availability(name, core_sc)
     if not ok:
         return {"disposition": disposition, "reason": reason}
@@ -67,7 +69,9 @@ def run(scenario, out="results", backends: list[str] | None = None, inject=None)
     sc: Scenario = scenario
     cfg = sc.config
     names = list(backends or cfg["backends"])
-    unknown = [b for b in names if b not in _core.backend_names() and not b.startswith("torch:")]
+    from .scenario import GPU_BACKENDS
+    unknown = [b for b in names
+               if b not in _core.backend_names() and b not in GPU_BACKENDS and not b.startswith("torch:")]
     if unknown:
         raise ScenarioError(f"unknown backend(s) {', '.join(unknown)} (known: "
                             f"{', '.join(_core.backend_names())})", key="--backends")
