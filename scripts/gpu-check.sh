@@ -70,7 +70,7 @@ fi
 if want sanitize && [ -x $BUILD/moenum_gpu_tests ] && command -v compute-sanitizer >/dev/null; then
   t0=$SECONDS
   timeout 240 compute-sanitizer --tool memcheck --error-exitcode 3 $BUILD/moenum_gpu_tests \
-    --gtest_filter='Backends/GpuLayer.*uniform*:Backends/GpuLayer.*empty_and_single*:Shapes/GpuMx.*96x160*:GpuMxSwizzle.*:GpuGraph.*' \
+    --gtest_filter='Backends/GpuLayer.*uniform*:Backends/GpuLayer.*empty_and_single*:Shapes/GpuMx.*96x160*:GpuMxSwizzle.*:GpuGraph.*:Backends/GpuMxfp8Layer.*module_ep2*' \
     >"$OUT/sanitizer.log" 2>&1
   rc=$?
   [ $rc -eq 0 ] && note memcheck ok "$((SECONDS - t0)) s; $(grep -m1 'ERROR SUMMARY' "$OUT/sanitizer.log")" \
@@ -87,12 +87,13 @@ if want scenarios; then
       && cmake --build $BUILD -j "$JOBS" --target _core \
       && rm -rf /tmp/moenum-py && mkdir -p /tmp/moenum-py && cp -r bindings/moenum /tmp/moenum-py/ \
       && cp $BUILD/_core*.so /tmp/moenum-py/moenum/ \
-      && PYTHONPATH=/tmp/moenum-py timeout 400 python3 -m moenum run scenarios/smoke.yaml scenarios/padding.yaml \
+      && OMP_NUM_THREADS=2 PYTHONPATH=/tmp/moenum-py timeout 400 python3 -m moenum run -j 8 scenarios/smoke.yaml scenarios/padding.yaml \
            scenarios/ep.yaml scenarios/mxfp8.yaml -o /tmp/moenum-results \
            --backends golden,reference,cpu.eigen,gpu.grouped,gpu.multistream
   } >"$OUT/scenarios.log" 2>&1
   rc=$?
-  [ $rc -eq 0 ] && note scenarios ok "$((SECONDS - t0)) s; $(tail -1 "$OUT/scenarios.log")" \
+  gpu_disp=$(grep -oE '^ +gpu\.[a-z]+ +(passed|failed|not_supported|not_run)' "$OUT/scenarios.log" | awk '{print $1"="$2}' | sort | uniq -c | tr -s ' ' | tr '\n' ' ')
+  [ $rc -eq 0 ] && note scenarios ok "$((SECONDS - t0)) s; $(tail -1 "$OUT/scenarios.log"); GPU results: $gpu_disp" \
                 || note scenarios FAILED "rc $rc; $(tail -1 "$OUT/scenarios.log")"
 fi
 
