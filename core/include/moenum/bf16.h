@@ -4,13 +4,7 @@
 #include <cstdint>
 #include <cstring>
 
-#ifndef MOENUM_HD
-#if defined(__CUDACC__)
-#define MOENUM_HD __host__ __device__ __forceinline__
-#else
-#define MOENUM_HD inline
-#endif
-#endif
+#include "moenum/hd.h"
 
 namespace moenum {
 

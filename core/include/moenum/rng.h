@@ -3,13 +3,7 @@
 #pragma once
 #include <cstdint>
 
-#ifndef MOENUM_HD
-#if defined(__CUDACC__)
-#define MOENUM_HD __host__ __device__ __forceinline__
-#else
-#define MOENUM_HD inline
-#endif
-#endif
+#include "moenum/hd.h"
 
 namespace moenum::rng {
 
