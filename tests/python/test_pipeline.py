@@ -33,7 +33,7 @@ def test_smoke_run_writes_documented_layout(tmp_path):
     (sc, *_) = moenum.load_scenarios(SCENARIOS / "smoke.yaml")
     res = moenum.run(sc, out=tmp_path)
     assert res.passed, (res.disposition, res.check_details)
-    assert res.disposition == {"golden": "passed", "reference": "passed"}
+    assert res.disposition == {"golden": "passed", "reference": "passed", "cpu.eigen": "passed"}
     with h5py.File(res.path, "r") as f:
         for attr in ("schema_version", "moenum_version", "git_sha", "created", "host", "gpu", "scenario_yaml"):
             assert attr in f.attrs
