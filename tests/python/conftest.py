@@ -11,8 +11,9 @@ SCENARIOS = ROOT / "scenarios"
 
 def moenum_cli(*args, cwd=None, timeout=600):
     """Run the installed `moenum` command as a user would: a fresh process."""
-    exe = shutil.which("moenum", path=str(Path(sys.executable).parent)) or "moenum"
-    return subprocess.run([exe, *map(str, args)], capture_output=True, text=True, cwd=cwd,
+    exe = shutil.which("moenum", path=str(Path(sys.executable).parent))
+    command = [exe] if exe else [sys.executable, "-m", "moenum"]  # not pip-installed (GPU machine)
+    return subprocess.run([*command, *map(str, args)], capture_output=True, text=True, cwd=cwd,
                           timeout=timeout)
 
 
