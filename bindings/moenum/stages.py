@@ -471,6 +471,7 @@ class StageResult:
     reason: str = ""                 # skipped: why; failed: the first failing element
     classes: dict = field(default_factory=dict)       # class name -> count (whole tensor)
     per_expert: dict = field(default_factory=dict)    # expert -> {class -> count}
+    per_expert_ulps: dict = field(default_factory=dict)  # expert -> ULP buckets (not for MX stages)
     first: tuple | None = None       # (tensor, index, expert) of the first failing element
     cls: np.ndarray | None = None    # class codes per element (kept for fault injection checks)
     cls_by_tensor: dict = field(default_factory=dict)  # tensor name -> class codes (MX: codes and scales)
@@ -484,6 +485,16 @@ class StageResult:
         return self.classes.get("bound_violation", 0)
 
 
+def _ulp_buckets(ulps: np.ndarray) -> dict:
+    """The ULP columns of the error table (metrics.compare) for a subset of elements."""
+    with np.errstate(invalid="ignore"):
+        return {"max_ulp": float(np.nanmax(ulps)) if ulps.size else 0.0,
+                "ulp_le0": int(np.count_nonzero(ulps == 0)),
+                "ulp_le1": int(np.count_nonzero((ulps > 0) & (ulps <= 1))),
+                "ulp_le2": int(np.count_nonzero((ulps > 1) & (ulps <= 2))),
+                "ulp_gt2": int(np.count_nonzero(~(ulps <= 2)))}
+
+
 def _backend_tensors(result: dict) -> dict:
     t = {k: v for k, (v, _) in result.get("stages", {}).items()}
     t.update({k: v for k, (v, _) in result.get("outputs", {}).items()})
@@ -495,7 +506,7 @@ def _failing_mask(stage: Stage, cls: np.ndarray) -> np.ndarray:
 
 
 def check_stage(ctx: StageContext, stage: Stage, t: dict) -> StageResult:
-    from .metrics import compare
+    from .metrics import compare, ulp_spacing
     missing = [n for n in stage.tensors + stage.inputs if n not in t]
     if missing:
         return StageResult(stage, "skipped", f"not saved: {', '.join(missing)}")
@@ -516,10 +527,16 @@ def check_stage(ctx: StageContext, stage: Stage, t: dict) -> StageResult:
         for k, v in counts(c).items():
             res.classes[k] = res.classes.get(k, 0) + v
     expert = np.broadcast_to(rec.expert, cls.shape)
-    for e in np.unique(expert):
-        res.per_expert[int(e)] = counts(cls[expert == e])
+    ulps = None
     if stage.kind != MX:
-        res.metrics = compare(t[stage.name], rec.ref, rec.dtype if rec.dtype in ("bf16", "fp32", "fp64") else "fp32")
+        dtype = rec.dtype if rec.dtype in ("bf16", "fp32", "fp64") else "fp32"
+        res.metrics = compare(t[stage.name], rec.ref, dtype)
+        ulps = np.abs(np.asarray(t[stage.name], dtype=np.float64) - rec.ref) / ulp_spacing(rec.ref, dtype)
+    for e in np.unique(expert):
+        mask = expert == e
+        res.per_expert[int(e)] = counts(cls[mask])
+        if ulps is not None:
+            res.per_expert_ulps[int(e)] = _ulp_buckets(ulps[mask])
     for tensor, c in parts:
         bad = np.argwhere(_failing_mask(stage, c))
         if bad.size:
@@ -598,6 +615,8 @@ def stage_table_rows(backend: str, results: list[StageResult]) -> list[dict]:
         for e, c in sorted(r.per_expert.items()):
             if e < 0:
                 continue
+            u = r.per_expert_ulps.get(e, {})
             rows.append({**base, "expert": e, "n": int(sum(c.values())), **c,
-                         **{k: -1 for k in ("max_ulp", "ulp_le0", "ulp_le1", "ulp_le2", "ulp_gt2", "max_abs")}})
+                         **{k: u.get(k, -1) for k in ("max_ulp", "ulp_le0", "ulp_le1", "ulp_le2", "ulp_gt2")},
+                         "max_abs": -1})
     return rows
