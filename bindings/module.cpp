@@ -21,7 +21,7 @@ PYBIND11_MODULE(_core, m) {
 #else
   m.attr("built_with_cuda") = false;
 #endif
-  static py::exception<moenum::ConfigError> config_error(m, "ConfigError", PyExc_ValueError);
+  py::register_exception<moenum::ConfigError>(m, "ConfigError", PyExc_ValueError);
   py::register_exception<moenum::InternalError>(m, "InternalError", PyExc_RuntimeError);
   for (auto& fn : moenum::bindings::bind_functions()) fn(m);
 }

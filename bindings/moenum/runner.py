@@ -34,7 +34,7 @@ def _check_alignment(sc: Scenario, prepared) -> None:
                            f"(use router, module or hybridep padding)")
 
 
-def _run_backend(name: str, core_sc, prepared) -> dict:
+def _run_backend(name: str, core_sc, prepared, sc: Scenario | None = None) -> dict:
     if name.startswith("torch:"):
         return {"disposition": "not_supported", "reason": "torch callables are not wired yet"}
     if name not in _core.backend_names():  # a GPU backend in a build without CUDA
@@ -44,6 +44,10 @@ def _run_backend(name: str, core_sc, prepared) -> dict:
         return {"disposition": disposition, "reason": reason}
     try:
         out = _core.run_backend(name, prepared)
+    except _core.ConfigError as e:  # bad input found by a backend: exit 2, like the loader's errors
+        if sc is None:
+            raise ScenarioError(str(e)) from None
+        raise sc.error(_guess_key(str(e)), str(e)) from None
     except (_core.InternalError, RuntimeError, MemoryError) as e:
         return {"disposition": "failed", "reason": f"{type(e).__name__}: {e}"}
     out["disposition"] = "passed"  # provisional: verification may fail it
@@ -97,7 +101,7 @@ def run(scenario, out="results", backends: list[str] | None = None, inject=None)
     shapes = expected_shapes(cfg)
     for name in names:
         t0 = time.perf_counter()
-        r = _run_backend(name, core_sc, prepared)
+        r = _run_backend(name, core_sc, prepared, sc)
         r.setdefault("seconds", time.perf_counter() - t0)
         if r["disposition"] == "passed":
             c = output_checks(name, r, shapes)

@@ -130,3 +130,13 @@ def test_existing_results_survive_bad_input(tmp_path, tiny_config):
     proc = moenum_cli("run", bad, "-o", tmp_path)
     assert proc.returncode == 2
     assert res.path.read_bytes() == before
+
+
+def test_router_padding_impossible_is_bad_input(tmp_path):
+    """Found while planning the dispatch (C++), still reported with the file, line and key."""
+    text = GOOD.replace("padding: none", "padding: router, align: 32")
+    path = _write(tmp_path, text)
+    proc = moenum_cli("run", path, "-o", tmp_path / "results")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"{path}:6: dispatch.padding:" in proc.stderr and "Traceback" not in proc.stderr
+    assert not list((tmp_path / "results").glob("*.h5"))
