@@ -3,7 +3,8 @@
 # memcheck on a subset), the GPU scenarios through `moenum run`, and the GEMM bench with its
 # torch._grouped_mm peer; logs go to $OUT (default build/gpu-check), a summary table is printed last.
 #
-#   scripts/gpu-check.sh [STAGE...]     stages: build tests sanitize scenarios bench (default: all)
+#   scripts/gpu-check.sh [STAGE...]     stages: build tests sanitize scenarios verify nightly bench
+#                                       (default: all; verify and nightly need the scenarios stage's package)
 #
 # Offline machines: packages the machine lacks can sit in .gpudeps/ (ignored by git):
 #   nvidia_cutlass-*.whl   CUTLASS C++ headers (unpacked with pip --target, found via CUTLASS_INCLUDE_DIR)
@@ -16,7 +17,7 @@ ROOT=$PWD
 OUT=${OUT:-$ROOT/build/gpu-check}
 mkdir -p "$OUT"
 STAGES=("$@")
-[ ${#STAGES[@]} -eq 0 ] && STAGES=(build tests sanitize scenarios bench)
+[ ${#STAGES[@]} -eq 0 ] && STAGES=(build tests sanitize scenarios verify nightly bench)
 want() { local s; for s in "${STAGES[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 export PATH="/usr/local/cuda/bin:$PATH"
 JOBS=$(nproc)
@@ -95,6 +96,26 @@ if want scenarios; then
   gpu_disp=$(grep -oE '^ +gpu\.[a-z]+ +(passed|failed|not_supported|not_run)' "$OUT/scenarios.log" | awk '{print $1"="$2}' | sort | uniq -c | tr -s ' ' | tr '\n' ' ')
   [ $rc -eq 0 ] && note scenarios ok "$((SECONDS - t0)) s; $(tail -1 "$OUT/scenarios.log"); GPU results: $gpu_disp" \
                 || note scenarios FAILED "rc $rc; $(tail -1 "$OUT/scenarios.log")"
+fi
+
+# ---- verification engine on the GPU backends: stage checks and planted faults (pytest) -----------
+if want verify && [ -d /tmp/moenum-py/moenum ]; then
+  t0=$SECONDS
+  PYTHONPATH=/tmp/moenum-py timeout 400 python3 -m pytest -q -p no:cacheprovider -o addopts="" \
+    tests/python/test_verify_inject.py tests/python/test_verify_stages.py -rs >"$OUT/verify.log" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] && note verify ok "$((SECONDS - t0)) s; $(tail -1 "$OUT/verify.log")" \
+                || note verify FAILED "rc $rc; $(tail -1 "$OUT/verify.log")"
+fi
+
+# ---- the nightly gate with the GPU backends -------------------------------------------------------
+if want nightly && [ -d /tmp/moenum-py/moenum ]; then
+  t0=$SECONDS
+  OMP_NUM_THREADS=2 PYTHONPATH=/tmp/moenum-py timeout 300 python3 -m moenum nightly -j 8 -o /tmp/moenum-nightly \
+    --junit "$OUT/nightly-junit.xml" >"$OUT/nightly.log" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] && note nightly ok "$((SECONDS - t0)) s; $(tail -1 "$OUT/nightly.log")" \
+                || note nightly FAILED "rc $rc; $(tail -1 "$OUT/nightly.log")"
 fi
 
 # ---- bench: our engines and torch._grouped_mm on the same shapes, same run ------------------------
