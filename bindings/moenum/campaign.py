@@ -91,14 +91,28 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
 
 
 class Progress:
-    """done/total, elapsed and ETA on stderr, one line per finished point."""
+    """done/total, elapsed and ETA on stderr: a tqdm bar on a terminal, one line per point otherwise
+    (logs, CI, pipes)."""
 
     def __init__(self, total: int, quiet: bool = False):
         self.total, self.done, self.quiet, self.t0 = total, 0, quiet, time.perf_counter()
+        self.bar = None
+        if not quiet and total > 1 and sys.stderr.isatty():
+            try:
+                from tqdm import tqdm
+                self.bar = tqdm(total=total, unit="point", file=sys.stderr)
+            except ImportError:
+                pass
 
     def step(self, name: str, verdict: str):
         self.done += 1
         if self.quiet:
+            return
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"{name}: {verdict}", refresh=False)
+            self.bar.update(1)
+            if self.done == self.total:
+                self.bar.close()
             return
         elapsed = time.perf_counter() - self.t0
         eta = elapsed / self.done * (self.total - self.done)
