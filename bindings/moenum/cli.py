@@ -34,6 +34,10 @@ def _parser() -> argparse.ArgumentParser:
                      help="an error more than this many times its baseline is a regression (default 2)")
     nig.add_argument("-j", "--jobs", type=int, default=1, help="scenario points run in parallel")
     nig.add_argument("-q", "--quiet", action="store_true", help="only the final line")
+    ben = sub.add_parser("bench", help="performance, side by side with peers (from a source checkout)")
+    ben.add_argument("--cpu", action="store_true", help="CPU figures: smoke time, reference GEMM, MX quantize")
+    ben.add_argument("--gpu", action="store_true", help="GPU grouped GEMM engines (needs a GPU)")
+    ben.add_argument("--peer", help="peer to measure in the same run: torch (with --gpu)")
     rep = sub.add_parser("report", help="print the error table of a results file or folder")
     rep.add_argument("path", help="a results .h5 file or a folder of them")
     rep.add_argument("--by", help="group by these columns, e.g. tensor,expert")
@@ -152,6 +156,9 @@ def main(argv=None) -> int:
             return _cmd_run(args)
         if args.command == "nightly":
             return _cmd_nightly(args)
+        if args.command == "bench":
+            from .bench import run_bench
+            return run_bench(args.cpu, args.gpu, args.peer)
         return _cmd_report(args)
     except ScenarioError as e:
         print(f"moenum: error: {e}", file=sys.stderr)
