@@ -22,6 +22,7 @@
 #include "moenum/problem.h"
 #include "moenum/scenario.h"
 #include "moenum/tensor.h"
+#include "first_error.h"
 #include "numeric_policy.h"
 
 namespace moenum::reference {
@@ -148,133 +149,137 @@ LayerResult grouped_mlp(const Policy& pol, const Problem& prob, const DispatchPl
 
   const auto Q = [&pol](const Matrix& m, Gemm g, Operand op) { return pol.quantize_operand(m, g, op); };
 
+  FirstError first_error;
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t s = 0; s < int64_t(segs.size()); ++s) {
-    const detail::Segment sg = segs[s];
-    const RankPlan& rp = plan.ranks[sg.rank];
-    RankRows& rr = rows[sg.rank];
-    auto& st = seg_stats[s];
-    auto gs = [&st](Gemm g) -> GemmStats& { return st[static_cast<int>(g)]; };
-    GemmStats& red = st[kNumGemms];
-    const int64_t e = sg.expert, M = sg.end - sg.begin;
+    first_error.run([&] {
+      const detail::Segment sg = segs[s];
+      const RankPlan& rp = plan.ranks[sg.rank];
+      RankRows& rr = rows[sg.rank];
+      auto& st = seg_stats[s];
+      auto gs = [&st](Gemm g) -> GemmStats& { return st[static_cast<int>(g)]; };
+      GemmStats& red = st[kNumGemms];
+      const int64_t e = sg.expert, M = sg.end - sg.begin;
 
-    // ---- gather: x rows of real tokens (router pad rows included), zeros for zero pad rows
-    Matrix X = Matrix::Zero(M, H);
-    std::vector<double> p(M);
-    for (int64_t i = 0; i < M; ++i) {
-      const int64_t t = rp.row_token[sg.begin + i];
-      if (t >= 0) X.row(i) = Eigen::Map<const Eigen::RowVectorXd>(prob.x.row(t), H);
-      p[i] = double(rp.row_prob[sg.begin + i]);
-    }
-    const Matrix W1 = detail::tensor_block(prob.w1, e, F2, H);
-    const Matrix W2 = detail::tensor_block(prob.w2, e, H, F);
-    const Vector b1 = Eigen::Map<const Vector>(prob.b1.data.data() + e * F2, F2);
-    const Vector b2 = Eigen::Map<const Vector>(prob.b2.data.data() + e * H, H);
+      // ---- gather: x rows of real tokens (router pad rows included), zeros for zero pad rows
+      Matrix X = Matrix::Zero(M, H);
+      std::vector<double> p(M);
+      for (int64_t i = 0; i < M; ++i) {
+        const int64_t t = rp.row_token[sg.begin + i];
+        if (t >= 0) X.row(i) = Eigen::Map<const Eigen::RowVectorXd>(prob.x.row(t), H);
+        p[i] = double(rp.row_prob[sg.begin + i]);
+      }
+      const Matrix W1 = detail::tensor_block(prob.w1, e, F2, H);
+      const Matrix W2 = detail::tensor_block(prob.w2, e, H, F);
+      const Vector b1 = Eigen::Map<const Vector>(prob.b1.data.data() + e * F2, F2);
+      const Vector b2 = Eigen::Map<const Vector>(prob.b2.data.data() + e * H, H);
 
-    // ---- forward
-    // FC1: h = x . w1^T (+ b1)
-    Matrix Hm = pol.gemm(Q(X, Gemm::kFc1Fprop, Operand::kA), Q(W1, Gemm::kFc1Fprop, Operand::kB),
-                         Gemm::kFc1Fprop, epilogue ? &b1 : nullptr, gs(Gemm::kFc1Fprop));
-    for (int64_t i = 0; i < M; ++i)
-      for (int64_t j = 0; j < F2; ++j) {
-        R v = pol.round_act(R(Hm(i, j)));
-        if (opt.bias && !epilogue) v = pol.round_act(v + R(b1(j)));
-        Hm(i, j) = v;
-      }
-    // act = silu(g) * l ; a = round(act * p)
-    Matrix Act(M, F), A(M, F);
-    for (int64_t i = 0; i < M; ++i) {
-      const R pi = R(p[i]);
-      for (int64_t j = 0; j < F; ++j) {
-        const R g = R(Hm(i, j)), l = R(Hm(i, F + j));
-        const R act = pol.silu(g) * l;
-        Act(i, j) = act;
-        A(i, j) = pol.round_act(act * pi);
-      }
-    }
-    // FC2: o = a . w2^T ; out = round(o + b2 * p)
-    Matrix O = pol.gemm(Q(A, Gemm::kFc2Fprop, Operand::kA), Q(W2, Gemm::kFc2Fprop, Operand::kB),
-                        Gemm::kFc2Fprop, nullptr, gs(Gemm::kFc2Fprop));
-    for (int64_t i = 0; i < M; ++i) {
-      const R pi = R(p[i]);
-      for (int64_t j = 0; j < H; ++j) {
-        const R o = pol.round_act(R(O(i, j)));
-        O(i, j) = o;
-        rr.out(sg.begin + i, j) = opt.bias ? pol.round_act(o + R(b2(j)) * pi) : o;
-      }
-    }
-    if (opt.keep_stages) {
-      rr.h.middleRows(sg.begin, M) = Hm;
-      rr.act.middleRows(sg.begin, M) = Act;
-      rr.a.middleRows(sg.begin, M) = A;
-      rr.o.middleRows(sg.begin, M) = O;
-    }
-    if (!opt.backward) continue;
-
-    // ---- backward. Every row of a real token gets its token's dy (the combine has no probs).
-    Matrix DY = Matrix::Zero(M, H);
-    for (int64_t i = 0; i < M; ++i) {
-      const int64_t t = rp.row_token[sg.begin + i];
-      if (t >= 0) DY.row(i) = Eigen::Map<const Eigen::RowVectorXd>(prob.dy.row(t), H);
-    }
-    // db2 = sum_i p_i dy_i
-    if (opt.bias)
-      for (int64_t j = 0; j < H; ++j) db2.data[e * H + j] = pol.dot(p.data(), DY.data() + j, M, 1, H, red);
-    // FC2 dgrad: da = dy . w2
-    Matrix DA = pol.gemm(Q(DY, Gemm::kFc2Dgrad, Operand::kA), Q(W2.transpose(), Gemm::kFc2Dgrad, Operand::kB),
-                         Gemm::kFc2Dgrad, nullptr, gs(Gemm::kFc2Dgrad));
-    for (int64_t i = 0; i < M; ++i)
-      for (int64_t j = 0; j < F; ++j) DA(i, j) = pol.round_act(R(DA(i, j)));
-    // FC2 wgrad: dw2 = dy^T . a  (accumulator precision, no further rounding)
-    {
-      const Matrix DW2 = pol.gemm(Q(DY.transpose(), Gemm::kFc2Wgrad, Operand::kA),
-                                  Q(A.transpose(), Gemm::kFc2Wgrad, Operand::kB), Gemm::kFc2Wgrad, nullptr,
-                                  gs(Gemm::kFc2Wgrad));
-      std::copy(DW2.data(), DW2.data() + H * F, dw2.data.begin() + e * H * F);
-    }
-    // dp = dot(dy, b2) + dot(da, act): each dot rounded once, then added in Real
-    for (int64_t i = 0; i < M; ++i) {
-      R dp = pol.dot(DA.data() + i * F, Act.data() + i * F, F, 1, 1, red);
-      if (opt.bias) dp = pol.dot(DY.data() + i * H, b2.data(), H, 1, 1, red) + dp;
-      rr.dp[sg.begin + i] = dp;
-    }
-    // dact = da * p ; dg = dact * l * silu'(g) ; dl = dact * silu(g) ; dh = round([dg, dl])
-    Matrix DH(M, F2);
-    for (int64_t i = 0; i < M; ++i) {
-      const R pi = R(p[i]);
-      for (int64_t j = 0; j < F; ++j) {
-        const R g = R(Hm(i, j)), l = R(Hm(i, F + j));
-        const R dact = R(DA(i, j)) * pi;
-        const R dg = dact * l * pol.dsilu(g);
-        const R dl = dact * pol.silu(g);
-        DH(i, j) = pol.round_act(dg);
-        DH(i, F + j) = pol.round_act(dl);
-      }
-    }
-    // FC1 dgrad: dx_row = dh . w1
-    {
-      const Matrix DXR = pol.gemm(Q(DH, Gemm::kFc1Dgrad, Operand::kA), Q(W1.transpose(), Gemm::kFc1Dgrad, Operand::kB),
-                                  Gemm::kFc1Dgrad, nullptr, gs(Gemm::kFc1Dgrad));
+      // ---- forward
+      // FC1: h = x . w1^T (+ b1)
+      Matrix Hm = pol.gemm(Q(X, Gemm::kFc1Fprop, Operand::kA), Q(W1, Gemm::kFc1Fprop, Operand::kB),
+                           Gemm::kFc1Fprop, epilogue ? &b1 : nullptr, gs(Gemm::kFc1Fprop));
       for (int64_t i = 0; i < M; ++i)
-        for (int64_t j = 0; j < H; ++j) rr.dx_row(sg.begin + i, j) = pol.round_act(R(DXR(i, j)));
-    }
-    // FC1 wgrad: dw1 = dh^T . x
-    {
-      const Matrix DW1 = pol.gemm(Q(DH.transpose(), Gemm::kFc1Wgrad, Operand::kA),
-                                  Q(X.transpose(), Gemm::kFc1Wgrad, Operand::kB), Gemm::kFc1Wgrad, nullptr,
-                                  gs(Gemm::kFc1Wgrad));
-      std::copy(DW1.data(), DW1.data() + F2 * H, dw1.data.begin() + e * F2 * H);
-    }
-    // db1 = sum of dh rows
-    if (opt.bias) {
-      const std::vector<double> ones(M, 1.0);
-      for (int64_t j = 0; j < F2; ++j) db1.data[e * F2 + j] = pol.dot(ones.data(), DH.data() + j, M, 1, F2, red);
-    }
-    if (opt.keep_stages) {
-      rr.da.middleRows(sg.begin, M) = DA;
-      rr.dh.middleRows(sg.begin, M) = DH;
-    }
+        for (int64_t j = 0; j < F2; ++j) {
+          R v = pol.round_act(R(Hm(i, j)));
+          if (opt.bias && !epilogue) v = pol.round_act(v + R(b1(j)));
+          Hm(i, j) = v;
+        }
+      // act = silu(g) * l ; a = round(act * p)
+      Matrix Act(M, F), A(M, F);
+      for (int64_t i = 0; i < M; ++i) {
+        const R pi = R(p[i]);
+        for (int64_t j = 0; j < F; ++j) {
+          const R g = R(Hm(i, j)), l = R(Hm(i, F + j));
+          const R act = pol.silu(g) * l;
+          Act(i, j) = act;
+          A(i, j) = pol.round_act(act * pi);
+        }
+      }
+      // FC2: o = a . w2^T ; out = round(o + b2 * p)
+      Matrix O = pol.gemm(Q(A, Gemm::kFc2Fprop, Operand::kA), Q(W2, Gemm::kFc2Fprop, Operand::kB),
+                          Gemm::kFc2Fprop, nullptr, gs(Gemm::kFc2Fprop));
+      for (int64_t i = 0; i < M; ++i) {
+        const R pi = R(p[i]);
+        for (int64_t j = 0; j < H; ++j) {
+          const R o = pol.round_act(R(O(i, j)));
+          O(i, j) = o;
+          rr.out(sg.begin + i, j) = opt.bias ? pol.round_act(o + R(b2(j)) * pi) : o;
+        }
+      }
+      if (opt.keep_stages) {
+        rr.h.middleRows(sg.begin, M) = Hm;
+        rr.act.middleRows(sg.begin, M) = Act;
+        rr.a.middleRows(sg.begin, M) = A;
+        rr.o.middleRows(sg.begin, M) = O;
+      }
+      if (!opt.backward) return;  // (inside the per-segment lambda: next segment)
+
+      // ---- backward. Every row of a real token gets its token's dy (the combine has no probs).
+      Matrix DY = Matrix::Zero(M, H);
+      for (int64_t i = 0; i < M; ++i) {
+        const int64_t t = rp.row_token[sg.begin + i];
+        if (t >= 0) DY.row(i) = Eigen::Map<const Eigen::RowVectorXd>(prob.dy.row(t), H);
+      }
+      // db2 = sum_i p_i dy_i
+      if (opt.bias)
+        for (int64_t j = 0; j < H; ++j) db2.data[e * H + j] = pol.dot(p.data(), DY.data() + j, M, 1, H, red);
+      // FC2 dgrad: da = dy . w2
+      Matrix DA = pol.gemm(Q(DY, Gemm::kFc2Dgrad, Operand::kA), Q(W2.transpose(), Gemm::kFc2Dgrad, Operand::kB),
+                           Gemm::kFc2Dgrad, nullptr, gs(Gemm::kFc2Dgrad));
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < F; ++j) DA(i, j) = pol.round_act(R(DA(i, j)));
+      // FC2 wgrad: dw2 = dy^T . a  (accumulator precision, no further rounding)
+      {
+        const Matrix DW2 = pol.gemm(Q(DY.transpose(), Gemm::kFc2Wgrad, Operand::kA),
+                                    Q(A.transpose(), Gemm::kFc2Wgrad, Operand::kB), Gemm::kFc2Wgrad, nullptr,
+                                    gs(Gemm::kFc2Wgrad));
+        std::copy(DW2.data(), DW2.data() + H * F, dw2.data.begin() + e * H * F);
+      }
+      // dp = dot(dy, b2) + dot(da, act): each dot rounded once, then added in Real
+      for (int64_t i = 0; i < M; ++i) {
+        R dp = pol.dot(DA.data() + i * F, Act.data() + i * F, F, 1, 1, red);
+        if (opt.bias) dp = pol.dot(DY.data() + i * H, b2.data(), H, 1, 1, red) + dp;
+        rr.dp[sg.begin + i] = dp;
+      }
+      // dact = da * p ; dg = dact * l * silu'(g) ; dl = dact * silu(g) ; dh = round([dg, dl])
+      Matrix DH(M, F2);
+      for (int64_t i = 0; i < M; ++i) {
+        const R pi = R(p[i]);
+        for (int64_t j = 0; j < F; ++j) {
+          const R g = R(Hm(i, j)), l = R(Hm(i, F + j));
+          const R dact = R(DA(i, j)) * pi;
+          const R dg = dact * l * pol.dsilu(g);
+          const R dl = dact * pol.silu(g);
+          DH(i, j) = pol.round_act(dg);
+          DH(i, F + j) = pol.round_act(dl);
+        }
+      }
+      // FC1 dgrad: dx_row = dh . w1
+      {
+        const Matrix DXR = pol.gemm(Q(DH, Gemm::kFc1Dgrad, Operand::kA), Q(W1.transpose(), Gemm::kFc1Dgrad, Operand::kB),
+                                    Gemm::kFc1Dgrad, nullptr, gs(Gemm::kFc1Dgrad));
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < H; ++j) rr.dx_row(sg.begin + i, j) = pol.round_act(R(DXR(i, j)));
+      }
+      // FC1 wgrad: dw1 = dh^T . x
+      {
+        const Matrix DW1 = pol.gemm(Q(DH.transpose(), Gemm::kFc1Wgrad, Operand::kA),
+                                    Q(X.transpose(), Gemm::kFc1Wgrad, Operand::kB), Gemm::kFc1Wgrad, nullptr,
+                                    gs(Gemm::kFc1Wgrad));
+        std::copy(DW1.data(), DW1.data() + F2 * H, dw1.data.begin() + e * F2 * H);
+      }
+      // db1 = sum of dh rows
+      if (opt.bias) {
+        const std::vector<double> ones(M, 1.0);
+        for (int64_t j = 0; j < F2; ++j) db1.data[e * F2 + j] = pol.dot(ones.data(), DH.data() + j, M, 1, F2, red);
+      }
+      if (opt.keep_stages) {
+        rr.da.middleRows(sg.begin, M) = DA;
+        rr.dh.middleRows(sg.begin, M) = DH;
+      }
+    });
   }
+  first_error.rethrow();
 
   for (const auto& st : seg_stats) {
     for (int g = 0; g < kNumGemms; ++g) res.gemm_stats[g] += st[g];

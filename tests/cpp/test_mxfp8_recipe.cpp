@@ -435,6 +435,21 @@ TEST(Mxfp8Recipe, UnalignedSegmentIsConfigError) {
   }
 }
 
+// An error raised inside the layer's OpenMP region reaches the caller as the same exception (it used
+// to call std::terminate): the layer itself, bypassing the backend's up-front configuration check.
+TEST(Mxfp8Recipe, ErrorInsideParallelLayerPropagates) {
+  Scenario sc = make_scenario(100, 4, 64, 32, 2, 1, "none", 0);
+  const Problem prob = generate_problem(sc);
+  const DispatchPlan plan = plan_dispatch(sc, route(sc));
+  const Mxfp8Policy pol(Fp8Format::E4M3, ScaleRounding::Rceil, "unaligned");
+  try {
+    grouped_mlp(pol, prob, plan, stage_opts());
+    FAIL() << "no ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("dispatch.padding"), std::string::npos) << e.what();
+  }
+}
+
 // ---- against golden; padding and EP -----------------------------------------------------------
 
 TEST(Mxfp8Recipe, ReferenceCloseToGolden) {
