@@ -21,7 +21,9 @@ struct RecipeRegistrar {
   RecipeRegistrar(const std::string& name, RecipeRunner f) { recipe_registry()[name] = std::move(f); }
 };
 
-// MOENUM_REGISTER_REFERENCE_RECIPE("mxfp8", mxfp8, [](const Scenario& sc) { return Mxfp8Policy(sc.recipe); });
+// MOENUM_REGISTER_REFERENCE_RECIPE("fp32", fp32, [](const Scenario&) { return Fp32Policy{}; });
+// (mxfp8 registers through RecipeRegistrar directly: it checks the configuration before the layer and
+// adds its operand stages after it; see mxfp8_recipe.cpp.)
 // The last argument makes the policy from the scenario; ID is any identifier unique in the file.
 #define MOENUM_REGISTER_REFERENCE_RECIPE(NAME, ID, ...)                                          \
   static ::moenum::reference::RecipeRegistrar moenum_recipe_registrar_##ID(                               \

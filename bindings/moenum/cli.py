@@ -42,6 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("path", help="a results .h5 file or a folder of them")
     rep.add_argument("--by", help="group by these columns, e.g. tensor,expert")
     rep.add_argument("--limit", type=int, help="show only the worst N rows")
+    rep.add_argument("--stages", action="store_true",
+                     help="also the teacher-forced stage checks (per expert with --by ...expert)")
     return p
 
 
@@ -146,6 +148,10 @@ def _cmd_report(args) -> int:
             print(format_table(r.errors, by=by, limit=args.limit))
         except KeyError as e:
             raise ScenarioError(str(e.args[0]), key="--by") from None
+        if args.stages:
+            from .report import format_stage_table
+            print(f"-- stage checks (teacher-forced) of {r.name}")
+            print(format_stage_table(r.stage_table, per_expert=bool(by and "expert" in by), limit=args.limit))
     return 0
 
 

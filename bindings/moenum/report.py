@@ -29,3 +29,24 @@ def format_table(table: pd.DataFrame, by: list[str] | None = None, limit: int | 
     with pd.option_context("display.width", 200, "display.max_columns", 30, "display.max_rows", 500,
                            "display.float_format", "{:.3g}".format):
         return agg.to_string(index=False)
+
+
+STAGE_SUMMARY_COLUMNS = ["backend", "stage", "kind", "n", "bitwise_equal", "scale_off_by_one", "tie_flip",
+                         "within_bound", "bound_violation", "max_ulp", "status"]
+
+
+def format_stage_table(stages: pd.DataFrame, per_expert: bool = False, limit: int | None = None) -> str:
+    """The teacher-forced stage checks: whole tensors (or every expert), worst first (bound
+    violations, then the largest ULP distance)."""
+    if stages is None or stages.empty:
+        return "(no stage checks in this file)"
+    t = stages if per_expert else stages[stages.expert == -1]
+    cols = [c for c in STAGE_SUMMARY_COLUMNS if c in t.columns]
+    if per_expert:
+        cols.insert(2, "expert")
+    t = t.sort_values(["bound_violation", "max_ulp"], ascending=False, kind="stable")[cols]
+    if limit:
+        t = t.head(limit)
+    with pd.option_context("display.width", 200, "display.max_columns", 30, "display.max_rows", 1000,
+                           "display.float_format", "{:.3g}".format):
+        return t.to_string(index=False)

@@ -137,6 +137,10 @@ def test_cli_run_prints_table_and_ok(tmp_path):
     rep = moenum_cli("report", tmp_path, "--by", "tensor,expert", "--limit", "5")
     assert rep.returncode == 0, rep.stderr
     assert "expert" in rep.stdout and "== smoke/recipe.name=bf16" in rep.stdout
+    stages = moenum_cli("report", tmp_path / "smoke__recipe.name=bf16.h5", "--stages")
+    assert stages.returncode == 0, stages.stderr
+    assert "-- stage checks (teacher-forced)" in stages.stdout
+    assert "cpu.eigen" in stages.stdout and "bound_violation" in stages.stdout and " dw1 " in stages.stdout
     bad = moenum_cli("report", tmp_path, "--by", "colour")
     assert bad.returncode == 2 and "--by" in bad.stderr
 
