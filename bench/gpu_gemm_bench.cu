@@ -2,7 +2,8 @@
 // (D[M,N] = A[M,K] . B_e^T per expert, bf16 in, fp32 accumulate, bf16 out). Prints CSV:
 //   shape,dist,engine,groups,M,N,K,ms,tflops
 // Counts: uniform, or zipf s=1.2 over the experts, both rounded to multiples of 16 (the same rule as
-// bench/gpu_peer_torch.py, so the peer runs the identical problem). Median of 20 after 3 warm-ups.
+// bench/gpu_peer_torch.py, so the peer runs the identical problem). Median of 20 after 3 warm-ups,
+// the engines interleaved round by round.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "kernels/layer_kernels.h"
 #ifdef MOENUM_HAVE_CUTLASS
 #include "sm90/cutlass_engine.h"
+#include "sm90/grouped_sm90.h"
 #endif
 
 using namespace moenum::gpu;
@@ -49,6 +51,13 @@ __global__ void fill_bf16(uint16_t* p, size_t n, uint32_t seed) {
   }
 }
 
+// Bitwise comparison of two bf16 outputs: mismatching elements counted into *n.
+__global__ void count_mismatch(const uint16_t* a, const uint16_t* b, size_t n, unsigned long long* out) {
+  unsigned long long c = 0;
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) c += a[i] != b[i];
+  atomicAdd(out, c);
+}
+
 int main() {
   const BenchShape shapes[] = {
       {"dsv3_fc1_ep8", 32, 32768, 4096, 7168}, {"dsv3_fc2_ep8", 32, 32768, 7168, 2048},
@@ -59,7 +68,8 @@ int main() {
   cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
   std::printf("shape,dist,engine,groups,M,N,K,ms,tflops\n");
   for (const auto& sh : shapes) {
-    DeviceBuffer<uint16_t> A(sh.M * sh.K), B(size_t(sh.groups) * sh.N * sh.K), D(sh.M * sh.N);
+    DeviceBuffer<uint16_t> A(sh.M * sh.K), B(size_t(sh.groups) * sh.N * sh.K), D(sh.M * sh.N), Dref(sh.M * sh.N);
+    DeviceBuffer<unsigned long long> mism(1);
     fill_bf16<<<1024, 256, 0, s>>>(A.get(), A.size(), 1);
     fill_bf16<<<1024, 256, 0, s>>>(B.get(), B.size(), 2);
     DeviceBuffer<int64_t> counts(sh.groups), offsets(sh.groups + 1);
@@ -72,15 +82,42 @@ int main() {
       for (int e = 0; e < sh.groups; ++e) g.b_expert.push_back(B.get() + size_t(e) * sh.N * sh.K);
       std::vector<std::pair<std::string, std::unique_ptr<GemmEngine>>> engines;
 #ifdef MOENUM_HAVE_CUTLASS
+      // .base = the single 128x128x64 configuration without sub-groups (the engine before the static
+      // tile/sub-group choice); gpu.grouped = the backend's choice; .split and .wide force one each.
+      engines.emplace_back("gpu.grouped.base", make_cutlass_sm90_engine({1, 1}));
       engines.emplace_back("gpu.grouped", make_cutlass_sm90_engine());
+      engines.emplace_back("gpu.grouped.split", make_cutlass_sm90_engine({1, -1}));
+      engines.emplace_back("gpu.grouped.wide", make_cutlass_sm90_engine({2, -1}));
+      std::fprintf(stderr, "%s %s: auto tile %s, sub-groups per group %d\n", sh.name, zipf ? "zipf1.2" : "uniform",
+                   moenum::gpu::sm90::fprop_wide_tile(g) ? "128x256 1x2" : "128x128", moenum::gpu::sm90::default_chunks(g));
 #endif
       engines.emplace_back("gpu.multistream", std::make_unique<CublasLtEngine>());
+      // Correctness first: every CUTLASS variant must give the .base output bitwise (same per-element
+      // K order, fp32 accumulate); this also builds every engine's plan outside the timed region.
       for (auto& [name, eng] : engines) {
-        cudaEvent_t t0, t1;
-        cudaEventCreate(&t0);
-        cudaEventCreate(&t1);
-        std::vector<float> ms;
-        for (int it = 0; it < 23; ++it) {
+        eng->begin(counts.get(), sh.groups, s);
+        eng->run(g, s);
+        if (name == "gpu.grouped.base") {
+          cudaMemcpyAsync(Dref.get(), D.get(), D.size() * sizeof(uint16_t), cudaMemcpyDeviceToDevice, s);
+        } else if (name.rfind("gpu.grouped", 0) == 0) {
+          cudaMemsetAsync(mism.get(), 0, sizeof(unsigned long long), s);
+          count_mismatch<<<1024, 256, 0, s>>>(D.get(), Dref.get(), D.size(), mism.get());
+          unsigned long long bad = 0;
+          cudaMemcpyAsync(&bad, mism.get(), sizeof bad, cudaMemcpyDeviceToHost, s);
+          cudaStreamSynchronize(s);
+          std::fprintf(stderr, "check %s %s %s: %llu of %zu elements differ from gpu.grouped.base\n", sh.name,
+                       zipf ? "zipf1.2" : "uniform", name.c_str(), bad, D.size());
+        }
+      }
+      // Timing interleaved round by round (engine 1, 2, ..., then again), so clock and power drift
+      // over the run falls on every engine alike; 3 warm-up rounds, median of 20.
+      cudaEvent_t t0, t1;
+      cudaEventCreate(&t0);
+      cudaEventCreate(&t1);
+      std::vector<std::vector<float>> ms(engines.size());
+      for (int it = 0; it < 23; ++it) {
+        for (size_t i = 0; i < engines.size(); ++i) {
+          auto& eng = engines[i].second;
           cudaEventRecord(t0, s);
           eng->begin(counts.get(), sh.groups, s);  // multistream: its D2H copy + sync is part of the cost
           eng->run(g, s);
@@ -88,16 +125,18 @@ int main() {
           cudaEventSynchronize(t1);
           float m = 0;
           cudaEventElapsedTime(&m, t0, t1);
-          if (it >= 3) ms.push_back(m);
+          if (it >= 3) ms[i].push_back(m);
         }
-        std::sort(ms.begin(), ms.end());
-        const double med = ms[ms.size() / 2];
+      }
+      cudaEventDestroy(t0);
+      cudaEventDestroy(t1);
+      for (size_t i = 0; i < engines.size(); ++i) {
+        std::sort(ms[i].begin(), ms[i].end());
+        const double med = ms[i][ms[i].size() / 2];
         const double tflops = 2.0 * sh.M * sh.N * sh.K / (med * 1e-3) / 1e12;
-        std::printf("%s,%s,%s,%d,%ld,%ld,%ld,%.4f,%.1f\n", sh.name, zipf ? "zipf1.2" : "uniform", name.c_str(),
-                    sh.groups, long(sh.M), long(sh.N), long(sh.K), med, tflops);
+        std::printf("%s,%s,%s,%d,%ld,%ld,%ld,%.4f,%.1f\n", sh.name, zipf ? "zipf1.2" : "uniform",
+                    engines[i].first.c_str(), sh.groups, long(sh.M), long(sh.N), long(sh.K), med, tflops);
         std::fflush(stdout);
-        cudaEventDestroy(t0);
-        cudaEventDestroy(t1);
       }
     }
   }

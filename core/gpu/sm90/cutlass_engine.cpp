@@ -9,6 +9,10 @@ namespace {
 
 class CutlassSm90Engine final : public GemmEngine {
  public:
+  explicit CutlassSm90Engine(const CutlassSm90Options& o) {
+    opts_.tile = o.tile == 1 ? sm90::Tile::T128x128 : o.tile == 2 ? sm90::Tile::T128x256 : sm90::Tile::Auto;
+    opts_.chunks = o.chunks;
+  }
   std::string path() const override { return "cutlass_sm90_grouped_device_sizes"; }
   void begin(const int64_t*, int, cudaStream_t) override {}
   void run(const GroupedGemmDesc& g, cudaStream_t s) override {
@@ -16,9 +20,9 @@ class CutlassSm90Engine final : public GemmEngine {
     if (it == plans_.end()) {
       std::unique_ptr<sm90::GroupedGemmPlan> p;
       switch (g.kind) {
-        case GemmKind::Fprop: p = sm90::make_fprop_plan(g); break;
-        case GemmKind::Dgrad: p = sm90::make_dgrad_plan(g); break;
-        case GemmKind::Wgrad: p = sm90::make_wgrad_plan(g); break;
+        case GemmKind::Fprop: p = sm90::make_fprop_plan(g, opts_); break;
+        case GemmKind::Dgrad: p = sm90::make_dgrad_plan(g, opts_); break;
+        case GemmKind::Wgrad: p = sm90::make_wgrad_plan(g, opts_); break;
       }
       it = plans_.emplace(g.id, std::move(p)).first;
     }
@@ -26,11 +30,14 @@ class CutlassSm90Engine final : public GemmEngine {
   }
 
  private:
+  sm90::PlanOptions opts_;
   std::map<int, std::unique_ptr<sm90::GroupedGemmPlan>> plans_;
 };
 
 }  // namespace
 
-std::unique_ptr<GemmEngine> make_cutlass_sm90_engine() { return std::make_unique<CutlassSm90Engine>(); }
+std::unique_ptr<GemmEngine> make_cutlass_sm90_engine(const CutlassSm90Options& o) {
+  return std::make_unique<CutlassSm90Engine>(o);
+}
 
 }  // namespace moenum::gpu

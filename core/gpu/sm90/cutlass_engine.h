@@ -6,5 +6,12 @@
 #include "gemm/grouped_gemm.h"
 
 namespace moenum::gpu {
-std::unique_ptr<GemmEngine> make_cutlass_sm90_engine();
-}
+
+// Overrides of the static per-GEMM choices (grouped_sm90.h); the defaults are what the backend uses.
+struct CutlassSm90Options {
+  int tile = 0;     // 0 auto, 1 = 128x128x64, 2 = 128x256x64 with a 1x2 cluster (Fprop only)
+  int chunks = -1;  // max sub-groups per group for Fprop/Dgrad (1 = no split), -1 auto
+};
+
+std::unique_ptr<GemmEngine> make_cutlass_sm90_engine(const CutlassSm90Options& o = {});
+}  // namespace moenum::gpu

@@ -2,7 +2,8 @@
 #include "sm90/grouped_sm90.cuh"
 
 namespace moenum::gpu::sm90 {
-std::unique_ptr<GroupedGemmPlan> make_dgrad_plan(const GroupedGemmDesc& g) {
-  return std::make_unique<Plan<cutlass::layout::RowMajor, cutlass::layout::RowMajor, cutlass::bfloat16_t>>(g);
+std::unique_ptr<GroupedGemmPlan> make_dgrad_plan(const GroupedGemmDesc& g, const PlanOptions& o) {
+  using K = GroupedKernel<cutlass::layout::RowMajor, cutlass::layout::RowMajor, cutlass::bfloat16_t>;
+  return std::make_unique<Plan<K>>(g, o.chunks < 0 ? default_chunks(g) : o.chunks, o.chunk_rows);
 }
 }  // namespace moenum::gpu::sm90

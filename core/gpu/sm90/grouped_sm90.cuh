@@ -1,6 +1,7 @@
 // The CUTLASS 3.x sm_90a grouped GEMM (TMA + wgmma, warp-specialized cooperative, ptr-array), bf16
 // operands, fp32 accumulate, void C (beta = 0, no source read), D row-major bf16 or fp32.
-// Only included by the three grouped_*.cu files, so each layout instantiates one kernel.
+// Only included by the three grouped_*.cu files: one kernel per layout (128x128x64), plus the
+// 128x256x64 1x2-cluster kernel for Fprop.
 #pragma once
 #include <cute/tensor.hpp>
 #include <cutlass/cutlass.h>
@@ -12,6 +13,7 @@
 #include <cutlass/gemm/kernel/gemm_universal.hpp>
 #include <cutlass/util/packed_stride.hpp>
 
+#include <algorithm>
 #include <string>
 
 #include "cuda_check.h"
@@ -31,17 +33,21 @@ namespace moenum::gpu::sm90 {
 using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
 using Shape3 = ProblemShape::UnderlyingProblemShape;
 
-template <class LayoutA, class LayoutB, class ElementD>
+template <class LayoutA, class LayoutB, class ElementD_, int TileN = 128, int ClusterN = 1>
 struct GroupedKernel {
   using ElementA = cutlass::bfloat16_t;
   using ElementB = cutlass::bfloat16_t;
+  using ElementD = ElementD_;
   using Acc = float;
   static constexpr int kAlignAB = 8;  // 16 bytes of bf16: TMA needs 16-byte aligned strides
   static constexpr int kAlignD = 128 / cutlass::sizeof_bits<ElementD>::value;
-  // 128x128x64 cooperative, no cluster: a middle ground between the large DeepSeek/Mixtral groups
-  // and the many small Qwen groups; one config per layout keeps compile time down.
-  using TileShape = cute::Shape<cute::_128, cute::_128, cute::_64>;
-  using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
+  static constexpr int kTileM = 128;
+  // 128x128x64 cooperative, no cluster: the default for every layout, a middle ground between the
+  // large DeepSeek/Mixtral groups and the many small Qwen groups. 128x256x64 with a 1x2 cluster (the
+  // two CTAs share the A tile through TMA multicast; a cluster along N never rounds a group's M
+  // tiles up) is instantiated for Fprop only, for wide N (fprop_wide_tile in grouped_fprop.cu).
+  using TileShape = cute::Shape<cute::_128, cute::Int<TileN>, cute::_64>;
+  using ClusterShape = cute::Shape<cute::_1, cute::Int<ClusterN>, cute::_1>;
   using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
   using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
 
@@ -66,51 +72,63 @@ struct GroupedKernel {
   using StrideD = typename Gemm::GemmKernel::InternalStrideD;
 };
 
-// Per-group sizes and pointers from the device counts/offsets (one thread per group).
-//   rows_major: Fprop/Dgrad, the group's M is its row count, A and D advance by rows.
-//   otherwise : Wgrad, the group's K is its row count; an empty group gets M = 0 (no tiles, no
-//               K = 0 GEMM: its D keeps the zeros the layer wrote).
+// Per-group sizes and pointers from the device counts/offsets (one thread per sub-group).
+//   rows_major: Fprop/Dgrad, the group's M is its row count, A and D advance by rows. Group e's rows
+//               are split into up to `chunks` sub-groups of `chunk` rows each (chunk >= min_rows, a
+//               multiple of tile_m, computed here from the count); sub-group j of group e sits at
+//               j * groups + e, so with no group above min_rows the first `groups` entries are the
+//               groups themselves and the rest are empty (M = 0: no tiles).
+//   otherwise : Wgrad (chunks = 1), the group's K is its row count; an empty group gets M = 0 (no
+//               tiles, no K = 0 GEMM: its D keeps the zeros the layer wrote).
 template <class EA, class EB, class ED>
-__global__ void fill_groups(int groups, bool rows_major, int64_t m, int64_t n, int64_t k,
-                            const int64_t* counts, const int64_t* offsets, const EA* a, const EB* b_rows,
-                            const EB* const* b_expert, ED* d_rows, ED* const* d_expert, Shape3* shapes,
-                            const EA** pa, const EB** pb, ED** pd) {
-  int e = blockIdx.x * blockDim.x + threadIdx.x;
-  if (e >= groups) return;
+__global__ void fill_groups(int groups, int chunks, int64_t min_rows, int64_t tile_m, bool rows_major, int64_t m,
+                            int64_t n, int64_t k, const int64_t* counts, const int64_t* offsets, const EA* a,
+                            const EB* b_rows, const EB* const* b_expert, ED* d_rows, ED* const* d_expert,
+                            Shape3* shapes, const EA** pa, const EB** pb, ED** pd) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= groups * chunks) return;
+  const int e = i % groups, j = i / groups;
   int64_t cnt = counts[e], off = offsets[e];
   if (rows_major) {
-    shapes[e] = Shape3(static_cast<int>(cnt), static_cast<int>(n), static_cast<int>(k));
-    pa[e] = a + off * k;
-    pb[e] = b_expert[e];
-    pd[e] = d_rows + off * n;
+    int64_t chunk = (cnt + chunks - 1) / chunks;
+    chunk = (chunk + tile_m - 1) / tile_m * tile_m;
+    if (chunk < min_rows) chunk = min_rows;
+    const int64_t start = std::min<int64_t>(static_cast<int64_t>(j) * chunk, cnt);
+    const int64_t rows = std::min<int64_t>(cnt - start, chunk);
+    shapes[i] = Shape3(static_cast<int>(rows), static_cast<int>(n), static_cast<int>(k));
+    pa[i] = a + (off + start) * k;
+    pb[i] = b_expert[e];
+    pd[i] = d_rows + (off + start) * n;
   } else {
-    shapes[e] = Shape3(cnt > 0 ? static_cast<int>(m) : 0, static_cast<int>(n), static_cast<int>(cnt));
-    pa[e] = a + off * m;
-    pb[e] = b_rows + off * n;
-    pd[e] = d_expert[e];
+    shapes[i] = Shape3(cnt > 0 ? static_cast<int>(m) : 0, static_cast<int>(n), static_cast<int>(cnt));
+    pa[i] = a + off * m;
+    pb[i] = b_rows + off * n;
+    pd[i] = d_expert[e];
   }
 }
 
-template <class LayoutA, class LayoutB, class ElementD>
+template <class K>
 class Plan final : public GroupedGemmPlan {
-  using K = GroupedKernel<LayoutA, LayoutB, ElementD>;
   using EA = typename K::ElementA;
   using EB = typename K::ElementB;
+  using ElementD = typename K::ElementD;
 
  public:
-  explicit Plan(const GroupedGemmDesc& g) : groups_(g.groups) {
+  Plan(const GroupedGemmDesc& g, int chunks, int64_t chunk_rows)
+      : groups_(g.groups), chunks_(g.kind == GemmKind::Wgrad ? 1 : std::max(chunks, 1)), chunk_rows_(chunk_rows) {
     const bool rows_major = g.kind != GemmKind::Wgrad;
-    shapes_.reset(groups_);
-    pa_.reset(groups_);
-    pb_.reset(groups_);
-    pd_.reset(groups_);
+    const int total = groups_ * chunks_;
+    shapes_.reset(total);
+    pa_.reset(total);
+    pb_.reset(total);
+    pd_.reset(total);
     // Strides do not depend on the counts: the variable extent is never a stride.
     using cute::make_shape;
     int M = rows_major ? 1 : static_cast<int>(g.m), N = static_cast<int>(g.n);
     int Kd = rows_major ? static_cast<int>(g.k) : 1;
-    std::vector<typename K::StrideA> sa(groups_, cutlass::make_cute_packed_stride(typename K::StrideA{}, {M, Kd, 1}));
-    std::vector<typename K::StrideB> sb(groups_, cutlass::make_cute_packed_stride(typename K::StrideB{}, {N, Kd, 1}));
-    std::vector<typename K::StrideD> sd(groups_, cutlass::make_cute_packed_stride(typename K::StrideD{}, {M, N, 1}));
+    std::vector<typename K::StrideA> sa(total, cutlass::make_cute_packed_stride(typename K::StrideA{}, {M, Kd, 1}));
+    std::vector<typename K::StrideB> sb(total, cutlass::make_cute_packed_stride(typename K::StrideB{}, {N, Kd, 1}));
+    std::vector<typename K::StrideD> sd(total, cutlass::make_cute_packed_stride(typename K::StrideD{}, {M, N, 1}));
     sa_.upload(sa);
     sb_.upload(sb);
     sd_.upload(sd);
@@ -130,7 +148,7 @@ class Plan final : public GroupedGemmPlan {
     auto hw = cutlass::KernelHardwareInfo::make_kernel_hardware_info<typename K::Kernel>(dev);
     typename K::Gemm::Arguments args{
         cutlass::gemm::GemmUniversalMode::kGrouped,
-        {groups_, shapes_.get(), nullptr},  // no host sizes: the kernel reads them on the device
+        {total, shapes_.get(), nullptr},  // no host sizes: the kernel reads them on the device
         {const_cast<const EA**>(pa_.get()), sa_.get(), const_cast<const EB**>(pb_.get()), sb_.get()},
         {{}, nullptr, nullptr, pd_.get(), sd_.get()},
         hw};
@@ -143,8 +161,8 @@ class Plan final : public GroupedGemmPlan {
 
   void launch(const GroupedGemmDesc& g, cudaStream_t s) override {
     const bool rows_major = g.kind != GemmKind::Wgrad;
-    fill_groups<EA, EB, ElementD><<<(groups_ + 127) / 128, 128, 0, s>>>(
-        groups_, rows_major, g.m, g.n, g.k, g.counts, g.offsets, reinterpret_cast<const EA*>(g.a),
+    fill_groups<EA, EB, ElementD><<<(groups_ * chunks_ + 127) / 128, 128, 0, s>>>(
+        groups_, chunks_, chunk_rows_, K::kTileM, rows_major, g.m, g.n, g.k, g.counts, g.offsets, reinterpret_cast<const EA*>(g.a),
         reinterpret_cast<const EB*>(g.b_rows), b_expert_.get(), reinterpret_cast<ElementD*>(g.d_rows),
         d_expert_.get(), shapes_.get(), const_cast<const EA**>(pa_.get()), const_cast<const EB**>(pb_.get()),
         pd_.get());
@@ -154,6 +172,8 @@ class Plan final : public GroupedGemmPlan {
 
  private:
   int groups_;
+  int chunks_;
+  int64_t chunk_rows_;
   typename K::Gemm gemm_;
   DeviceBuffer<Shape3> shapes_;
   DeviceBuffer<EA*> pa_;
