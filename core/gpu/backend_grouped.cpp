@@ -29,19 +29,7 @@ class GpuGroupedBackend final : public Backend {
 #else
     Availability av = available(ctx.scenario);
     MOENUM_CHECK(av.ok, "gpu.grouped cannot run " + ctx.scenario.name + ": " + av.reason);
-    MlpOptions opt;
-    opt.discrete_weights = ctx.scenario.weights == "discrete";
-    opt.bias = ctx.scenario.model.bias;
-    opt.mx = mx_recipe(ctx.scenario, ctx.plan);
-    GroupedMlp mlp(ctx, make_cutlass_sm90_engine(), opt);
-    mlp.poison_outputs(nullptr);
-    mlp.forward(nullptr);
-    mlp.backward(nullptr);
-    BackendResult r = mlp.download(ctx.scenario.output.intermediates, nullptr);
-    r.attrs["gemm_path"] = mlp.engine().path();
-    r.attrs["recipe_path"] = recipe_path(opt.mx);
-    r.attrs["device"] = device_description();
-    return r;
+    return run_layer(ctx, make_cutlass_sm90_engine(), layer_options(ctx));
 #endif
   }
 };

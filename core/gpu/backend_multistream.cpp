@@ -17,20 +17,9 @@ class GpuMultistreamBackend final : public Backend {
   BackendResult run(const RunContext& ctx) override {
     Availability av = available(ctx.scenario);
     MOENUM_CHECK(av.ok, "gpu.multistream cannot run " + ctx.scenario.name + ": " + av.reason);
-    MlpOptions opt;
-    opt.discrete_weights = ctx.scenario.weights == "discrete";
-    opt.bias = ctx.scenario.model.bias;
-    opt.mx = mx_recipe(ctx.scenario, ctx.plan);
+    MlpOptions opt = layer_options(ctx);
     opt.fc1_bias_in_epilogue = ctx.scenario.recipe.bias_mode == "epilogue";
-    GroupedMlp mlp(ctx, std::make_unique<CublasLtEngine>(), opt);
-    mlp.poison_outputs(nullptr);
-    mlp.forward(nullptr);
-    mlp.backward(nullptr);
-    BackendResult r = mlp.download(ctx.scenario.output.intermediates, nullptr);
-    r.attrs["gemm_path"] = mlp.engine().path();
-    r.attrs["recipe_path"] = recipe_path(opt.mx);
-    r.attrs["device"] = device_description();
-    return r;
+    return run_layer(ctx, std::make_unique<CublasLtEngine>(), opt);
   }
 };
 

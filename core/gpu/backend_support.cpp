@@ -59,4 +59,24 @@ std::string recipe_path(const MxRecipe& mx) {
                : "bf16";
 }
 
+MlpOptions layer_options(const RunContext& ctx) {
+  MlpOptions opt;
+  opt.discrete_weights = ctx.scenario.weights == "discrete";
+  opt.bias = ctx.scenario.model.bias;
+  opt.mx = mx_recipe(ctx.scenario, ctx.plan);
+  return opt;
+}
+
+BackendResult run_layer(const RunContext& ctx, std::unique_ptr<GemmEngine> engine, const MlpOptions& opt) {
+  GroupedMlp mlp(ctx, std::move(engine), opt);
+  mlp.poison_outputs(nullptr);
+  mlp.forward(nullptr);
+  mlp.backward(nullptr);
+  BackendResult r = mlp.download(ctx.scenario.output.intermediates, nullptr);
+  r.attrs["gemm_path"] = mlp.engine().path();
+  r.attrs["recipe_path"] = recipe_path(opt.mx);
+  r.attrs["device"] = device_description();
+  return r;
+}
+
 }  // namespace moenum::gpu

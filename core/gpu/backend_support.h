@@ -21,4 +21,11 @@ MxRecipe mx_recipe(const Scenario& sc, const DispatchPlan& plan);
 // attrs["recipe_path"] for the recipe that ran.
 std::string recipe_path(const MxRecipe& mx);
 
+// The layer options both GPU backends derive from the scenario (weights layout, bias, MXFP8).
+MlpOptions layer_options(const RunContext& ctx);
+
+// One whole layer on `engine`: poisoned outputs, forward, backward, download, and the attrs that
+// say which GEMM and recipe path ran on which device.
+BackendResult run_layer(const RunContext& ctx, std::unique_ptr<GemmEngine> engine, const MlpOptions& opt);
+
 }  // namespace moenum::gpu
