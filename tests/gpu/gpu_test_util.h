@@ -10,6 +10,11 @@
 #include <vector>
 
 #include "device.h"
+#include "grouped_mlp.h"
+#include "moenum/backend.h"
+#include "moenum/dispatch_plan.h"
+#include "moenum/problem.h"
+#include "moenum/routing.h"
 #include "moenum/scenario.h"
 
 #define MOENUM_REQUIRE_GPU()                                                   \
@@ -84,6 +89,30 @@ inline int64_t count_bound_violations(const std::function<double(int64_t, int64_
       }
     }
   return bad;
+}
+
+// One backend run on a scenario, with everything the checks need to recompute its stages.
+struct LayerRun {
+  Scenario sc;
+  Problem prob;
+  Routing routing;
+  DispatchPlan plan;
+  gpu::FlatPlan flat;
+  BackendResult res;
+};
+
+inline LayerRun run_layer(const std::string& backend, Scenario sc) {
+  LayerRun r;
+  r.sc = std::move(sc);
+  r.prob = generate_problem(r.sc);
+  r.routing = route(r.sc);
+  r.plan = plan_dispatch(r.sc, r.routing);
+  r.flat = gpu::flatten_plan(r.routing, r.plan, r.prob.T, r.prob.E, r.prob.k);
+  auto be = make_backend(backend);
+  Availability av = be->available(r.sc);
+  EXPECT_TRUE(av.ok) << av.reason;
+  r.res = be->run(RunContext{r.sc, r.prob, r.routing, r.plan});
+  return r;
 }
 
 }  // namespace moenum::gputest

@@ -20,29 +20,8 @@
 namespace moenum::gputest {
 namespace {
 
-struct LayerRun {
-  Scenario sc;
-  Problem prob;
-  Routing routing;
-  DispatchPlan plan;
-  gpu::FlatPlan flat;
-  BackendResult res;
-};
 
-LayerRun run_backend(const std::string& backend, const ScenarioSpec& spec) {
-  LayerRun r;
-  r.sc = make_scenario(spec);
-  r.prob = generate_problem(r.sc);
-  r.routing = route(r.sc);
-  r.plan = plan_dispatch(r.sc, r.routing);
-  r.flat = gpu::flatten_plan(r.routing, r.plan, r.prob.T, r.prob.E, r.prob.k);
-  auto be = make_backend(backend);
-  Availability av = be->available(r.sc);
-  EXPECT_TRUE(av.ok) << av.reason;
-  RunContext ctx{r.sc, r.prob, r.routing, r.plan};
-  r.res = be->run(ctx);
-  return r;
-}
+LayerRun run_backend(const std::string& backend, const ScenarioSpec& spec) { return run_layer(backend, make_scenario(spec)); }
 
 void check_layer(const LayerRun& r) {
   const Problem& p = r.prob;

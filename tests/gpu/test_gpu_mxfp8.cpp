@@ -57,14 +57,6 @@ TEST(MxDequantBf16, ExactForEveryBf16InputAndScaleCode) {
 
 // ---- layer runs -------------------------------------------------------------------------------------
 
-struct MxRun {
-  Scenario sc;
-  Problem prob;
-  Routing routing;
-  DispatchPlan plan;
-  gpu::FlatPlan flat;
-  BackendResult res;
-};
 
 struct MxCase {
   std::string name;
@@ -81,20 +73,7 @@ Scenario mx_scenario(const MxCase& c) {
   return sc;
 }
 
-MxRun run_mx(const std::string& backend, const MxCase& c) {
-  MxRun r;
-  r.sc = mx_scenario(c);
-  r.prob = generate_problem(r.sc);
-  r.routing = route(r.sc);
-  r.plan = plan_dispatch(r.sc, r.routing);
-  r.flat = gpu::flatten_plan(r.routing, r.plan, r.prob.T, r.prob.E, r.prob.k);
-  auto be = make_backend(backend);
-  Availability av = be->available(r.sc);
-  EXPECT_TRUE(av.ok) << av.reason;
-  RunContext ctx{r.sc, r.prob, r.routing, r.plan};
-  r.res = be->run(ctx);
-  return r;
-}
+LayerRun run_mx(const std::string& backend, const MxCase& c) { return run_layer(backend, mx_scenario(c)); }
 
 std::vector<MxCase> mx_cases() {
   std::vector<MxCase> v;
@@ -136,7 +115,7 @@ const char* kOperandStages[] = {"fc1_fprop.A", "fc1_fprop.B", "fc2_fprop.A", "fc
                                 "fc2_dgrad.A", "fc2_dgrad.B", "fc1_dgrad.A", "fc1_dgrad.B",
                                 "fc2_wgrad.A", "fc2_wgrad.B", "fc1_wgrad.A", "fc1_wgrad.B"};
 
-void check_mx_layer(const MxRun& r, bool gpu = true) {
+void check_mx_layer(const LayerRun& r, bool gpu = true) {
   const auto& st = r.res.stages;
   if (gpu) {
     EXPECT_NE(r.res.attrs.at("recipe_path").find("dequantized MXFP8"), std::string::npos);
@@ -219,7 +198,7 @@ class MxChecker : public ::testing::TestWithParam<MxCase> {};
 TEST_P(MxChecker, AcceptsTheReference) {
   auto names = backend_names();
   if (std::find(names.begin(), names.end(), "reference") == names.end()) GTEST_SKIP() << "reference backend not linked";
-  MxRun r = run_mx("reference", GetParam());
+  LayerRun r = run_mx("reference", GetParam());
   check_mx_layer(r, false);
 }
 
@@ -231,7 +210,7 @@ class GpuMxfp8Layer : public ::testing::TestWithParam<std::tuple<std::string, Mx
 TEST_P(GpuMxfp8Layer, OperandsBitwiseGemmsWithinBound) {
   MOENUM_REQUIRE_GPU();
   const auto& [backend, c] = GetParam();
-  MxRun r = run_mx(backend, c);
+  LayerRun r = run_mx(backend, c);
   check_mx_layer(r);
 }
 
@@ -251,9 +230,9 @@ TEST(GpuMxfp8Weights, SingleAndDiscreteAgreeBitwise) {
   c.spec.ep = 2, c.spec.padding = "router", c.spec.align = 32;
   for (const char* backend : {"gpu.grouped", "gpu.multistream"}) {
     c.spec.weights = "single";
-    MxRun a = run_mx(backend, c);
+    LayerRun a = run_mx(backend, c);
     c.spec.weights = "discrete";
-    MxRun b = run_mx(backend, c);
+    LayerRun b = run_mx(backend, c);
     for (const auto& [name, t] : a.res.outputs) EXPECT_EQ(t.data, b.res.outputs.at(name).data) << backend << " " << name;
     for (const auto& [name, t] : a.res.stages) EXPECT_EQ(t.data, b.res.stages.at(name).data) << backend << " stage " << name;
   }
