@@ -5,16 +5,18 @@
 #include <cmath>
 
 #include "moenum/bf16.h"
+#include "moenum/det_math.h"
 #include "moenum/rng.h"
 
 namespace moenum {
 namespace {
 
-// Standard normal from two counter-based uniforms (Box-Muller, cosine branch).
+// Standard normal from two counter-based uniforms (Box-Muller, cosine branch), with the deterministic
+// log/cos of det_math.h so that every machine draws the same bits.
 double normal_at(uint64_t seed, uint64_t stream, uint64_t i) {
   double u1 = rng::uniform(seed, stream, 2 * i);
   double u2 = rng::uniform(seed, stream, 2 * i + 1);
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  return std::sqrt(-2.0 * det::log(u1)) * det::cos_2pi(u2);
 }
 
 InputRegime regime_for(const Scenario& sc, const std::string& name) {

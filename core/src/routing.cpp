@@ -9,6 +9,8 @@
 #include <numeric>
 #include <string>
 
+#include "moenum/activation.h"
+#include "moenum/det_math.h"
 #include "moenum/error.h"
 #include "moenum/rng.h"
 
@@ -32,7 +34,7 @@ std::vector<double> zipf(const Scenario& sc, int64_t E) {
   const double s = sc.routing.skew.s;
   if (!std::isfinite(s)) config_error(sc, "routing.skew.s", "must be finite");
   std::vector<double> w(E);
-  for (int64_t e = 0; e < E; ++e) w[e] = std::pow(double(e + 1), -s);
+  for (int64_t e = 0; e < E; ++e) w[e] = det::pow(double(e + 1), -s);
   return normalised(std::move(w));
 }
 
@@ -57,19 +59,19 @@ constexpr uint64_t kMaxGammaAttempts = uint64_t(1) << 29;
 double log_gamma_draw(uint64_t seed, int64_t e, double alpha) {
   double boost = 0.0;
   if (alpha < 1.0) {
-    boost = std::log(rng::uniform(seed, rng::kPopularity, gamma_index(e, 0, 3))) / alpha;
+    boost = det::log(rng::uniform(seed, rng::kPopularity, gamma_index(e, 0, 3))) / alpha;
     alpha += 1.0;
   }
   const double d = alpha - 1.0 / 3.0, c = 1.0 / std::sqrt(9.0 * d);
   for (uint64_t a = 0; a < kMaxGammaAttempts; ++a) {
     const double u1 = rng::uniform(seed, rng::kPopularity, gamma_index(e, a, 0));
     const double u2 = rng::uniform(seed, rng::kPopularity, gamma_index(e, a, 1));
-    const double x = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+    const double x = std::sqrt(-2.0 * det::log(u1)) * det::cos_2pi(u2);
     const double t = 1.0 + c * x;
     if (t <= 0.0) continue;
     const double v = t * t * t;
     const double u = rng::uniform(seed, rng::kPopularity, gamma_index(e, a, 2));
-    if (std::log(u) < 0.5 * x * x + d - d * v + d * std::log(v)) return std::log(d * v) + boost;
+    if (det::log(u) < 0.5 * x * x + d - d * v + d * det::log(v)) return det::log(d * v) + boost;
   }
   throw InternalError("gamma sampler did not accept in 2^29 attempts");
 }
@@ -80,7 +82,7 @@ std::vector<double> dirichlet(const Scenario& sc, int64_t E) {
   std::vector<double> lw(E);
   for (int64_t e = 0; e < E; ++e) lw[e] = log_gamma_draw(sc.seed, e, alpha);
   const double m = *std::max_element(lw.begin(), lw.end());
-  for (double& v : lw) v = std::exp(v - m);
+  for (double& v : lw) v = det::exp(v - m);
   return normalised(std::move(lw));
 }
 
@@ -136,12 +138,12 @@ std::vector<float> softmax(const std::vector<float>& x) {
   const float m = *std::max_element(x.begin(), x.end());
   std::vector<float> p(x.size());
   float sum = 0.0f;
-  for (size_t i = 0; i < x.size(); ++i) sum += (p[i] = std::exp(x[i] - m));
+  for (size_t i = 0; i < x.size(); ++i) sum += (p[i] = exp_f32(x[i] - m));
   for (float& v : p) v /= sum;
   return p;
 }
 
-float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+float sigmoid(float x) { return sigmoid_f32(x); }
 
 // What top-k ranks, as Megatron's router does: the logits (softmax), the full softmax
 // (softmax_pre) or the sigmoids (sigmoid). All monotone in the logit; they differ only in ties.
@@ -178,7 +180,7 @@ std::vector<float> token_logits(uint64_t seed, int64_t t, const std::vector<doub
   std::vector<float> l(E);
   for (int64_t e = 0; e < E; ++e) {
     const double u = rng::uniform(seed, rng::kGumbel, uint64_t(t * E + e));
-    l[e] = static_cast<float>(log_pop[e] - std::log(-std::log(u)));
+    l[e] = static_cast<float>(log_pop[e] - det::log(-det::log(u)));
   }
   return l;
 }
@@ -257,13 +259,13 @@ Routing route(const Scenario& sc) {
 
   // counts: which experts a token gets is fixed by the matrix; the logits only order its slots.
   std::vector<int32_t> matrix, row_of;
-  std::vector<double> log_pop(r.E, std::log(1.0 / double(r.E)));
+  std::vector<double> log_pop(r.E, det::log(1.0 / double(r.E)));
   if (counts_kind) {
     matrix = counts_matrix(counts, r.T, r.k);
     const auto src = fisher_yates(sc.seed, rng::kCountsShuffle, r.T);
     row_of.assign(src.begin(), src.end());
   } else {
-    for (int64_t e = 0; e < r.E; ++e) log_pop[e] = std::log(r.popularity[e]);
+    for (int64_t e = 0; e < r.E; ++e) log_pop[e] = det::log(r.popularity[e]);
   }
 
   const float scaling = static_cast<float>(sc.routing.topk_scaling);
