@@ -531,12 +531,14 @@ def check_stage(ctx: StageContext, stage: Stage, t: dict) -> StageResult:
     if stage.kind != MX:
         dtype = rec.dtype if rec.dtype in ("bf16", "fp32", "fp64") else "fp32"
         res.metrics = compare(t[stage.name], rec.ref, dtype)
-        ulps = np.abs(np.asarray(t[stage.name], dtype=np.float64) - rec.ref) / ulp_spacing(rec.ref, dtype)
+        absdiff = np.abs(np.asarray(t[stage.name], dtype=np.float64) - rec.ref)
+        ulps = absdiff / ulp_spacing(rec.ref, dtype)
     for e in np.unique(expert):
         mask = expert == e
         res.per_expert[int(e)] = counts(cls[mask])
         if ulps is not None:
-            res.per_expert_ulps[int(e)] = _ulp_buckets(ulps[mask])
+            res.per_expert_ulps[int(e)] = {**_ulp_buckets(ulps[mask]),
+                                           "max_abs": float(np.nanmax(absdiff[mask])) if mask.any() else 0.0}
     for tensor, c in parts:
         bad = np.argwhere(_failing_mask(stage, c))
         if bad.size:
@@ -617,6 +619,6 @@ def stage_table_rows(backend: str, results: list[StageResult]) -> list[dict]:
                 continue
             u = r.per_expert_ulps.get(e, {})
             rows.append({**base, "expert": e, "n": int(sum(c.values())), **c,
-                         **{k: u.get(k, -1) for k in ("max_ulp", "ulp_le0", "ulp_le1", "ulp_le2", "ulp_gt2")},
-                         "max_abs": -1})
+                         **{k: u.get(k, -1) for k in ("max_ulp", "ulp_le0", "ulp_le1", "ulp_le2", "ulp_gt2",
+                                                      "max_abs")}})
     return rows

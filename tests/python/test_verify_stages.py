@@ -68,6 +68,10 @@ def test_cpu_eigen_passes_every_stage_check(tmp_path, recipe):
     per = st[(st.backend == "cpu.eigen") & (st.expert >= 0)].groupby("stage").n.sum()
     for name in ("h", "dw1", "dprobs"):
         assert per[name] == whole.loc[name, "n"]
+    # and their largest absolute differences make up the whole tensor's
+    per_max = st[(st.backend == "cpu.eigen") & (st.expert >= 0) & (st.kind != "mx")].groupby("stage").max_abs.max()
+    assert (per_max >= 0).all()
+    assert per_max["dw1"] == whole.loc["dw1", "max_abs"]
     # and the table is in the file
     with h5py.File(res.path, "r") as f:
         assert "stages" in f["tables"] and f["checks/stage.cpu.eigen"].attrs["passed"]
