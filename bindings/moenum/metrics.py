@@ -37,6 +37,21 @@ def calc_diff(a: np.ndarray, b: np.ndarray) -> float:
     return 0.0 if denom == 0.0 else 1.0 - 2.0 * float(np.dot(a, b)) / denom
 
 
+def ulp_buckets(ulps: np.ndarray, skip_nan: bool = False) -> dict:
+    """The ULP columns of a table: the largest distance (NaN if any distance is NaN, unless
+    skip_nan) and the counts at 0, (0, 1], (1, 2] and beyond 2 ulp (NaN distances count there)."""
+    if skip_nan:
+        with np.errstate(invalid="ignore"):
+            max_ulp = float(np.nanmax(ulps)) if ulps.size else 0.0
+    else:
+        max_ulp = float(ulps.max()) if ulps.size else 0.0
+    return {"max_ulp": max_ulp,
+            "ulp_le0": int(np.count_nonzero(ulps == 0)),
+            "ulp_le1": int(np.count_nonzero((ulps > 0) & (ulps <= 1))),
+            "ulp_le2": int(np.count_nonzero((ulps > 1) & (ulps <= 2))),
+            "ulp_gt2": int(np.count_nonzero(~(ulps <= 2)))}
+
+
 def compare(a: np.ndarray, b: np.ndarray, dtype: str) -> dict:
     """All summary metrics of `a` (the backend) against `b` (the other), element by element."""
     a = np.asarray(a, dtype=np.float64).ravel()
@@ -60,11 +75,7 @@ def compare(a: np.ndarray, b: np.ndarray, dtype: str) -> dict:
         mean_abs=float(diff.mean()),
         rel_fro=float(np.linalg.norm(a - b) / norm_b) if norm_b > 0 else float(np.linalg.norm(a - b)),
         calc_diff=calc_diff(a, b),
-        max_ulp=float(ulps.max()),
-        ulp_le0=int(np.count_nonzero(ulps == 0)),
-        ulp_le1=int(np.count_nonzero((ulps > 0) & (ulps <= 1))),
-        ulp_le2=int(np.count_nonzero((ulps > 1) & (ulps <= 2))),
-        ulp_gt2=int(np.count_nonzero(~(ulps <= 2))),  # counts NaN differences too
+        **ulp_buckets(ulps),
         bitwise_equal=int(np.count_nonzero((a == b) & (np.signbit(a) == np.signbit(b)) | both_nan)),
     )
     return row

@@ -38,23 +38,34 @@ def _storage(values: np.ndarray, dtype: str) -> np.ndarray:
     return values.astype(np.float64 if dtype == "fp64" else np.float32)
 
 
-def errors_to_records(table: pd.DataFrame) -> np.ndarray:
-    fields = []
-    for col in COLUMNS:
-        if col in STRING_COLUMNS:
-            fields.append((col, f"S{STRING_COLUMNS[col]}"))
-        elif col in INT_COLUMNS:
-            fields.append((col, "<i8"))
-        else:
-            fields.append((col, "<f8"))
+def table_to_records(table: pd.DataFrame, fields: list | None = None) -> np.ndarray:
+    """A DataFrame as an HDF5-ready structured array (strings as fixed-size bytes). Without `fields`
+    the record layout follows the columns' dtypes (strings as wide as the longest value)."""
+    if fields is None:
+        fields = []
+        for col in table.columns:
+            kind = table[col].dtype.kind if len(table) else "O"
+            if kind in "iub":
+                fields.append((col, "<i8"))
+            elif kind == "f":
+                fields.append((col, "<f8"))
+            else:
+                fields.append((col, f"S{max([len(str(v)) for v in table[col]] + [16])}"))
     records = np.zeros(len(table), dtype=fields)
-    for col in COLUMNS:
+    for col, dt in fields:
         values = table[col].to_numpy() if len(table) else []
-        if col in STRING_COLUMNS:
-            records[col] = [str(v).encode() for v in values]
-        else:
-            records[col] = values
+        records[col] = [str(v).encode() for v in values] if dt.startswith("S") else values
     return records
+
+
+# The error table's record layout is fixed (interfaces.md columns), so that files compare and an
+# empty table still has the documented dtypes.
+ERROR_FIELDS = [(col, f"S{STRING_COLUMNS[col]}" if col in STRING_COLUMNS else "<i8" if col in INT_COLUMNS
+                 else "<f8") for col in COLUMNS]
+
+
+def errors_to_records(table: pd.DataFrame) -> np.ndarray:
+    return table_to_records(table, ERROR_FIELDS)
 
 
 def records_to_errors(records: np.ndarray) -> pd.DataFrame:

@@ -10,10 +10,10 @@ from . import _core
 from .errors import ScenarioError
 from .provenance import root_attributes
 from .result import RunResult
-from .results_io import result_path, write_results
+from .results_io import result_path, table_to_records, write_results
 from .scenario import Scenario, load_scenarios, to_core
 from .verify import (error_table, expected_shapes, fill_bound_violations, output_checks, recipe_error_check,
-                     stage_checks, stage_table, table_to_records, weights_layout_check)
+                     stage_checks, stage_table, weights_layout_check)
 
 FINAL_DISPOSITIONS = ("passed", "failed", "not_run", "not_supported")
 

@@ -485,16 +485,6 @@ class StageResult:
         return self.classes.get("bound_violation", 0)
 
 
-def _ulp_buckets(ulps: np.ndarray) -> dict:
-    """The ULP columns of the error table (metrics.compare) for a subset of elements."""
-    with np.errstate(invalid="ignore"):
-        return {"max_ulp": float(np.nanmax(ulps)) if ulps.size else 0.0,
-                "ulp_le0": int(np.count_nonzero(ulps == 0)),
-                "ulp_le1": int(np.count_nonzero((ulps > 0) & (ulps <= 1))),
-                "ulp_le2": int(np.count_nonzero((ulps > 1) & (ulps <= 2))),
-                "ulp_gt2": int(np.count_nonzero(~(ulps <= 2)))}
-
-
 def _backend_tensors(result: dict) -> dict:
     t = {k: v for k, (v, _) in result.get("stages", {}).items()}
     t.update({k: v for k, (v, _) in result.get("outputs", {}).items()})
@@ -506,7 +496,7 @@ def _failing_mask(stage: Stage, cls: np.ndarray) -> np.ndarray:
 
 
 def check_stage(ctx: StageContext, stage: Stage, t: dict) -> StageResult:
-    from .metrics import compare, ulp_spacing
+    from .metrics import compare, ulp_buckets, ulp_spacing
     missing = [n for n in stage.tensors + stage.inputs if n not in t]
     if missing:
         return StageResult(stage, "skipped", f"not saved: {', '.join(missing)}")
@@ -537,7 +527,7 @@ def check_stage(ctx: StageContext, stage: Stage, t: dict) -> StageResult:
         mask = expert == e
         res.per_expert[int(e)] = counts(cls[mask])
         if ulps is not None:
-            res.per_expert_ulps[int(e)] = {**_ulp_buckets(ulps[mask]),
+            res.per_expert_ulps[int(e)] = {**ulp_buckets(ulps[mask], skip_nan=True),
                                            "max_abs": float(np.nanmax(absdiff[mask])) if mask.any() else 0.0}
     for tensor, c in parts:
         bad = np.argwhere(_failing_mask(stage, c))

@@ -150,25 +150,6 @@ def stage_table(reports: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=STAGE_TABLE_COLUMNS)
 
 
-def table_to_records(table: pd.DataFrame) -> np.ndarray:
-    """A DataFrame as an HDF5-ready structured array (strings as fixed-size bytes)."""
-    fields = []
-    for col in table.columns:
-        kind = table[col].dtype.kind if len(table) else "O"
-        if kind in "iub":
-            fields.append((col, "<i8"))
-        elif kind == "f":
-            fields.append((col, "<f8"))
-        else:
-            width = max([len(str(v)) for v in table[col]] + [16])
-            fields.append((col, f"S{width}"))
-    rec = np.zeros(len(table), dtype=fields)
-    for col, dt in fields:
-        values = table[col].to_numpy()
-        rec[col] = [str(v).encode() for v in values] if dt.startswith("S") else values
-    return rec
-
-
 def records_to_table(records: np.ndarray) -> pd.DataFrame:
     t = pd.DataFrame({n: records[n] for n in records.dtype.names})
     for col in t.columns:
