@@ -13,6 +13,7 @@
 #include "moenum/dispatch_plan.h"
 #include "moenum/problem.h"
 #include "moenum/routing.h"
+#include "test_util.h"
 
 using namespace moenum;
 using namespace moenum::reference;
@@ -111,14 +112,7 @@ int64_t count_pad_rows(const DispatchPlan& plan, bool zero) {
   return n;
 }
 
-double rel_fro(const Tensor& a, const Tensor& b) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < a.size(); ++i) {
-    num += (a.data[i] - b.data[i]) * (a.data[i] - b.data[i]);
-    den += b.data[i] * b.data[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-300));
-}
+using moenum::testing::rel_fro;
 
 void expect_same_bits(const LayerResult& a, const LayerResult& b, const std::string& what) {
   ASSERT_EQ(a.outputs.size(), b.outputs.size()) << what;

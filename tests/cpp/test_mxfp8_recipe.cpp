@@ -17,6 +17,7 @@
 #include "moenum/problem.h"
 #include "moenum/routing.h"
 #include "mxfp8_policy.h"
+#include "test_util.h"
 
 using namespace moenum;
 using namespace moenum::reference;
@@ -97,14 +98,7 @@ bool same_bits(const Tensor& a, const Tensor& b, int64_t begin = 0, int64_t end 
   return true;
 }
 
-double rel_fro(const Tensor& a, const Tensor& b) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < a.size(); ++i) {
-    num += (a.data[i] - b.data[i]) * (a.data[i] - b.data[i]);
-    den += b.data[i] * b.data[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-300));
-}
+using moenum::testing::rel_fro;
 
 // Router pad rows (real tokens, slot -1) of each expert in a plan.
 std::vector<int64_t> router_pad_rows(const DispatchPlan& plan, int64_t E) {

@@ -1,3 +1,4 @@
+import copy
 import shutil
 import subprocess
 import sys
@@ -31,3 +32,16 @@ def tiny_config():
         "backends": ["golden", "reference"],
         "output": {"inputs": True},
     }
+
+
+def with_changes(cfg: dict, **changes) -> dict:
+    """A deep copy of a scenario mapping with nested keys replaced: `recipe__name="mxfp8"` sets
+    cfg["recipe"]["name"]."""
+    cfg = copy.deepcopy(cfg)
+    for dotted, value in changes.items():
+        node = cfg
+        *parents, leaf = dotted.split("__")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return cfg

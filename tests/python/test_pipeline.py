@@ -13,17 +13,11 @@ import pytest
 import moenum
 from moenum.metrics import COLUMNS
 
-from conftest import SCENARIOS, moenum_cli
+from conftest import SCENARIOS, moenum_cli, with_changes
 
 
 def run_cfg(cfg, tmp_path, **changes):
-    cfg = copy.deepcopy(cfg)
-    for dotted, value in changes.items():
-        node = cfg
-        *parents, leaf = dotted.split("__")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = value
+    cfg = with_changes(cfg, **changes)
     name_suffix = "-".join(f"{k.replace('__', '.')}{v}" for k, v in changes.items()).replace("_", "")
     cfg["name"] = (cfg["name"] + "-" + name_suffix).lower()[:60] if changes else cfg["name"]
     return moenum.run(moenum.from_dict(cfg)[0], out=tmp_path)

@@ -1,7 +1,5 @@
 """The verification engine (issue 5): stage registry, teacher-forced stage checks, element
 classification, the per-element GEMM bound, bound_violations in the error table, /tables/stages."""
-import copy
-
 import h5py
 import numpy as np
 import pytest
@@ -9,6 +7,8 @@ import pytest
 import moenum
 from moenum import _core, classify, stages, verify
 from moenum.classify import CLASSES
+
+from conftest import with_changes
 
 TINY = {
     "name": "vstage", "seed": 5,
@@ -20,14 +20,7 @@ TINY = {
 
 
 def cfg_with(**changes):
-    cfg = copy.deepcopy(TINY)
-    for dotted, value in changes.items():
-        node = cfg
-        *parents, leaf = dotted.split("__")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = value
-    return cfg
+    return with_changes(TINY, **changes)
 
 
 def test_registry_is_in_dataflow_order_with_known_kinds():
