@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include <chrono>
+#include <optional>
 
 #include "binding_registry.h"
 #include "moenum/backend.h"
@@ -169,13 +170,16 @@ void bind(py::module_& m) {
     auto a = make_backend(name)->available(sc);
     return py::make_tuple(a.ok, a.disposition, a.reason);
   });
-  m.def("run_backend", [](const std::string& name, const Prepared& p) {
+  m.def("run_backend", [](const std::string& name, const Prepared& p, std::optional<bool> keep_stages) {
     auto backend = make_backend(name);
+    // Stage tensors cost memory and time: only the backends whose stages are checked or written keep them.
+    Scenario sc = p.scenario;
+    if (keep_stages) sc.output.intermediates = *keep_stages;
     BackendResult r;
     {
       py::gil_scoped_release release;
       auto t0 = std::chrono::steady_clock::now();
-      r = backend->run(RunContext{p.scenario, p.problem, p.routing, p.plan});
+      r = backend->run(RunContext{sc, p.problem, p.routing, p.plan});
       r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
     py::dict d;
@@ -184,7 +188,8 @@ void bind(py::module_& m) {
     d["attrs"] = r.attrs;
     d["seconds"] = r.seconds;
     return d;
-  }, py::arg("name"), py::arg("prepared"), "Run one backend; returns outputs, stages, attrs, seconds");
+  }, py::arg("name"), py::arg("prepared"), py::arg("keep_stages") = py::none(),
+     "Run one backend; returns outputs, stages, attrs, seconds. keep_stages overrides output.intermediates");
 }
 
 BindRegistrar registrar(bind);

@@ -257,9 +257,9 @@ def rowwise_dot_rn(A: typing.Annotated[numpy.typing.ArrayLike, numpy.float64], B
     """
     (dot_rn_f32, absdot) per row
     """
-def run_backend(name: str, prepared: Prepared) -> dict:
+def run_backend(name: str, prepared: Prepared, keep_stages: bool | None = None) -> dict:
     """
-    Run one backend; returns outputs, stages, attrs, seconds
+    Run one backend; returns outputs, stages, attrs, seconds. keep_stages overrides output.intermediates
     """
 def stage_act_backward(da: typing.Annotated[numpy.typing.ArrayLike, numpy.float64], h: typing.Annotated[numpy.typing.ArrayLike, numpy.float64], p: typing.Annotated[numpy.typing.ArrayLike, numpy.float64], dtype: str) -> tuple:
     """

@@ -12,8 +12,8 @@ from .provenance import root_attributes
 from .result import RunResult
 from .results_io import result_path, table_to_records, write_results
 from .scenario import Scenario, load_scenarios, to_core
-from .verify import (error_table, expected_shapes, fill_bound_violations, output_checks, recipe_error_check,
-                     stage_checks, stage_table, weights_layout_check)
+from .verify import (NO_STAGE_CHECKS, error_table, expected_shapes, fill_bound_violations, output_checks,
+                     recipe_error_check, stage_checks, stage_table, weights_layout_check)
 
 FINAL_DISPOSITIONS = ("passed", "failed", "not_run", "not_supported")
 
@@ -34,7 +34,7 @@ def _check_alignment(sc: Scenario, prepared) -> None:
                            f"(use router, module or hybridep padding)")
 
 
-def _run_backend(name: str, core_sc, prepared, sc: Scenario | None = None) -> dict:
+def _run_backend(name: str, core_sc, prepared, sc: Scenario | None = None, keep_stages: bool | None = None) -> dict:
     if name.startswith("torch:"):
         return {"disposition": "not_supported", "reason": "torch callables are not wired yet"}
     if name not in _core.backend_names():  # a GPU backend in a build without CUDA
@@ -43,7 +43,7 @@ def _run_backend(name: str, core_sc, prepared, sc: Scenario | None = None) -> di
     if not ok:
         return {"disposition": disposition, "reason": reason}
     try:
-        out = _core.run_backend(name, prepared)
+        out = _core.run_backend(name, prepared, keep_stages)
     except _core.ConfigError as e:  # bad input found by a backend: exit 2, like the loader's errors
         if sc is None:
             raise ScenarioError(str(e)) from None
@@ -85,12 +85,16 @@ def run(scenario, out="results", backends: list[str] | None = None, inject=None)
             raise ScenarioError(f"'{inj.text}': backend '{inj.backend}' is not run by this scenario "
                                 f"({', '.join(names)})", key="--inject")
     verify_cfg = cfg.get("verify", {})
-    # Teacher-forced stage checks need every backend's stage tensors (an injection always checks them).
+    # Teacher-forced stage checks need the checked backends' stage tensors (an injection always checks
+    # its backend); golden and the reference oracle keep theirs only when asked to write them.
     check_stages = bool(verify_cfg.get("stages", True)) or bool(injections)
+    injected_backends = {inj.backend for inj in injections}
+
+    def keep_stages(name: str) -> bool:
+        checked = name not in NO_STAGE_CHECKS or name in injected_backends
+        return cfg["output"]["intermediates"] or (check_stages and checked)
 
     core_sc = to_core(sc)
-    if check_stages:
-        core_sc.output.intermediates = True
     try:
         prepared = _core.prepare(core_sc)
     except _core.ConfigError as e:
@@ -101,7 +105,7 @@ def run(scenario, out="results", backends: list[str] | None = None, inject=None)
     shapes = expected_shapes(cfg)
     for name in names:
         t0 = time.perf_counter()
-        r = _run_backend(name, core_sc, prepared, sc)
+        r = _run_backend(name, core_sc, prepared, sc, keep_stages(name))
         r.setdefault("seconds", time.perf_counter() - t0)
         if r["disposition"] == "passed":
             c = output_checks(name, r, shapes)
