@@ -102,8 +102,8 @@ SCHEMA: dict[str, Any] = {
         "intermediates": Key(bool, False),
         "diffs": Key(str, "summary", choices=("summary", "full")),
     },
-    # issue 5 verification engine (moenum.verify, moenum.stages): teacher-forced stage checks of every
-    # backend but golden (captures every backend's stage tensors while it runs; they are written to
+    # issue 5 verification engine (moenum.verify, moenum.stages): teacher-forced stage checks of the
+    # backends under test (they keep their stage tensors while they run; the tensors are written to
     # the file only with output.intermediates), and the per-point invariance reruns (single vs
     # discrete weights for the layout-sensitive GPU backends).
     "verify": {
