@@ -181,7 +181,7 @@ LayerResult grouped_mlp(const Policy& pol, const Problem& prob, const DispatchPl
       for (int64_t i = 0; i < M; ++i)
         for (int64_t j = 0; j < F2; ++j) {
           R v = pol.round_act(R(Hm(i, j)));
-          if (opt.bias && !epilogue) v = pol.round_act(v + R(b1(j)));
+          if (opt.bias && !epilogue) v = pol.round_act(layer::fc1_separate_bias(v, R(b1(j))));
           Hm(i, j) = v;
         }
       // act = silu(g) * l ; a = round(act * p)
@@ -190,9 +190,9 @@ LayerResult grouped_mlp(const Policy& pol, const Problem& prob, const DispatchPl
         const R pi = R(p[i]);
         for (int64_t j = 0; j < F; ++j) {
           const R g = R(Hm(i, j)), l = R(Hm(i, F + j));
-          const R act = pol.silu(g) * l;
+          const R act = layer::swiglu_fwd(g, l);
           Act(i, j) = act;
-          A(i, j) = pol.round_act(act * pi);
+          A(i, j) = pol.round_act(layer::probs_scale(act, pi));
         }
       }
       // FC2: o = a . w2^T ; out = round(o + b2 * p)
@@ -203,7 +203,7 @@ LayerResult grouped_mlp(const Policy& pol, const Problem& prob, const DispatchPl
         for (int64_t j = 0; j < H; ++j) {
           const R o = pol.round_act(R(O(i, j)));
           O(i, j) = o;
-          rr.out(sg.begin + i, j) = opt.bias ? pol.round_act(o + R(b2(j)) * pi) : o;
+          rr.out(sg.begin + i, j) = opt.bias ? pol.round_act(layer::fc2_bias(o, R(b2(j)), pi)) : o;
         }
       }
       if (opt.keep_stages) {
@@ -247,11 +247,9 @@ LayerResult grouped_mlp(const Policy& pol, const Problem& prob, const DispatchPl
         const R pi = R(p[i]);
         for (int64_t j = 0; j < F; ++j) {
           const R g = R(Hm(i, j)), l = R(Hm(i, F + j));
-          const R dact = R(DA(i, j)) * pi;
-          const R dg = dact * l * pol.dsilu(g);
-          const R dl = dact * pol.silu(g);
-          DH(i, j) = pol.round_act(dg);
-          DH(i, F + j) = pol.round_act(dl);
+          const layer::SwigluGrad<R> d = layer::swiglu_bwd(R(DA(i, j)), g, l, pi);
+          DH(i, j) = pol.round_act(d.dg);
+          DH(i, F + j) = pol.round_act(d.dl);
         }
       }
       // FC1 dgrad: dx_row = dh . w1

@@ -3,18 +3,10 @@
 // dequantized values (exact in fp32, so exact in the reference GEMM) fed to the exact GEMM. Outputs
 // bf16, wgrads fp32, elementwise stages as the bf16 recipe.
 //
-// ---- operand rules (TransformerEngine usage; identical on the GPU) --------------------------------
+// ---- operand rules: the GEMM table of moenum/layer.h (kGemms: source, rowwise/columnwise, gradient) --
 //
-//   GEMM        operand A                             operand B
-//   fc1_fprop   x   rowwise  (blocks along H)   E4M3  w1 rowwise    (blocks along H)         E4M3
-//   fc2_fprop   a   rowwise  (blocks along F)   E4M3  w2 rowwise    (blocks along F)         E4M3
-//   fc2_dgrad   dy  rowwise  (blocks along H)   GRAD  w2 columnwise (blocks along H = out)   E4M3
-//   fc1_dgrad   dh  rowwise  (blocks along 2F)  GRAD  w1 columnwise (blocks along 2F = out)  E4M3
-//   fc2_wgrad   dy  columnwise (along TOKENS)   GRAD  a  columnwise (along TOKENS)           E4M3
-//   fc1_wgrad   dh  columnwise (along TOKENS)   GRAD  x  columnwise (along TOKENS)           E4M3
-//
-// GRAD = recipe.grad_format (e4m3 | e5m2): the gradient operands dy and dh, i.e. operand A of the
-// four backward GEMMs. Scale rounding: recipe.scale_rounding (rceil | floor). x and dy are the
+// recipe.grad_format (e4m3 | e5m2) applies to the gradient operands dy and dh (operand A of the four
+// backward GEMMs), E4M3 to the rest. Scale rounding: recipe.scale_rounding (rceil | floor). x and dy are the
 // dispatched rows (a router pad row carries its token's real x and dy; a zero pad row zeros); a and dh
 // are the bf16 stage values (pad rows: +-0). Columnwise blocks along tokens lie inside one expert
 // segment (segments are multiples of 32 rows), so they never mix experts or ranks; weight blocks
@@ -71,15 +63,6 @@
 
 namespace moenum::reference {
 
-// dy (FC2) and dh (FC1): operand A of the dgrad and wgrad GEMMs.
-inline bool is_grad_operand(Gemm g, Operand op) {
-  return op == Operand::kA && g != Gemm::kFc1Fprop && g != Gemm::kFc2Fprop;
-}
-
-// Whether an operand's blocks run along the token dimension (the wgrad operands), which is where a
-// segment's row count must be a multiple of 32.
-inline bool blocks_along_tokens(Gemm g) { return g == Gemm::kFc1Wgrad || g == Gemm::kFc2Wgrad; }
-
 inline const char* fp8_format_name(Fp8Format f) { return f == Fp8Format::E4M3 ? "e4m3" : "e5m2"; }
 
 // One quantized operand in the NT form it was handed over in: codes [rows x K] row-major, scales
@@ -103,7 +86,7 @@ struct Mxfp8Policy : Bf16Policy {
   // From recipe.grad_format / recipe.scale_rounding; ConfigError on unknown values.
   static Mxfp8Policy from_scenario(const Scenario& sc);
 
-  Fp8Format format(Gemm g, Operand op) const { return is_grad_operand(g, op) ? grad_format : Fp8Format::E4M3; }
+  Fp8Format format(Gemm g, Operand op) const { return layer::is_gradient(g, op) ? grad_format : Fp8Format::E4M3; }
 
   // Blocks of 32 along each row of m (the K dim of the NT form). Throws ConfigError when K is not a
   // multiple of 32: key dispatch.padding for the wgrad operands (K = the segment's rows), else

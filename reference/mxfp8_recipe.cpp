@@ -27,7 +27,7 @@ MxOperand Mxfp8Policy::quantize_codes(const Matrix& m, Gemm g, Operand op) const
   const int64_t rows = m.rows(), K = m.cols();
   if (K % kMxBlock != 0) {
     const std::string what = std::string(gemm_name(g)) + (op == Operand::kA ? ".A" : ".B");
-    if (blocks_along_tokens(g))
+    if (layer::blocks_along_tokens(g))
       config_error("dispatch.padding",
                    "mxfp8 quantizes " + what + " columnwise in blocks of 32 rows along the tokens of each "
                    "expert segment, but a segment has " + std::to_string(K) +

@@ -6,44 +6,20 @@
 #include <cstdint>
 
 #include "exact_gemm.h"
-#include "moenum/activation.h"
 #include "moenum/bf16.h"
+#include "moenum/layer.h"
 
 namespace moenum::reference {
 
-// The six GEMMs of the layer. Each is computed in "NT form", C = A . B^T, with both operands laid
-// out [rows x K], the reduction dim K contiguous along a row:
-//
-//   gemm        C            A (rows x K)        B (rows x K)        TE usage of (A, B)
-//   kFc1Fprop   h   [M,2F]   x      [M, H]       w1_e   [2F, H]      rowwise, rowwise
-//   kFc1Dgrad   dx  [M, H]   dh     [M, 2F]      w1_e^T [H, 2F]      rowwise, columnwise
-//   kFc1Wgrad   dw1 [2F, H]  dh^T   [2F, M]      x^T    [H, M]       columnwise, columnwise
-//   kFc2Fprop   o   [M, H]   a      [M, F]       w2_e   [H, F]       rowwise, rowwise
-//   kFc2Dgrad   da  [M, F]   dy     [M, H]       w2_e^T [F, H]       rowwise, columnwise
-//   kFc2Wgrad   dw2 [H, F]   dy^T   [H, M]       a^T    [F, M]       columnwise, columnwise
-//
-// (M = rows of one expert segment, pad rows included.) So an MX block of 32 along the reduction dim
-// is always 32 consecutive elements of one row of the operand as it is handed over.
-enum class Gemm : int { kFc1Fprop = 0, kFc1Dgrad, kFc1Wgrad, kFc2Fprop, kFc2Dgrad, kFc2Wgrad };
-enum class Operand : int { kA = 0, kB };
-inline constexpr int kNumGemms = 6;
-
-inline const char* gemm_name(Gemm g) {
-  static const char* names[] = {"fc1_fprop", "fc1_dgrad", "fc1_wgrad", "fc2_fprop", "fc2_dgrad", "fc2_wgrad"};
-  return names[static_cast<int>(g)];
-}
-
-// Whether an operand is used "columnwise" in TransformerEngine's sense (scaled along the tensor's
-// first dim, i.e. its transpose is what arrives here).
-inline bool is_columnwise(Gemm g, Operand op) {
-  switch (g) {
-    case Gemm::kFc1Wgrad:
-    case Gemm::kFc2Wgrad: return true;
-    case Gemm::kFc1Dgrad:
-    case Gemm::kFc2Dgrad: return op == Operand::kB;
-    default: return false;
-  }
-}
+// The six GEMMs (moenum/layer.h). Each is computed here in "NT form", C = A . B^T, with both
+// operands laid out [rows x K], the reduction dim K contiguous along a row: fprop hands over (x, w1)
+// or (a, w2); dgrad (dy, w2^T) or (dh, w1^T); wgrad (dy^T, a^T) or (dh^T, x^T). So an MX block of 32
+// along the reduction dim is always 32 consecutive elements of one row of the operand as handed over.
+using layer::Gemm;
+using layer::Operand;
+using layer::gemm_name;
+using layer::is_columnwise;
+using layer::kNumGemms;
 
 // ---- rounding ops: where a value is stored, what it is rounded to -------------------------------
 struct RoundNone {
@@ -79,11 +55,6 @@ struct GoldenPolicy {
     st.outputs += 1;
     return c;
   }
-  Real silu(Real x) const { return x / (1.0 + std::exp(-x)); }
-  Real dsilu(Real x) const {
-    const double s = 1.0 / (1.0 + std::exp(-x));
-    return s * (1.0 + x * (1.0 - s));
-  }
 };
 
 // ---- reference recipes (fp32, bf16): exact GEMMs, fp32 elementwise, ActRound storage -------------
@@ -102,7 +73,7 @@ struct ExactRecipePolicy {
   Real round_act(Real v) const { return round(v); }
 
   // THE QUANTIZATION HOOK. Every one of the six GEMMs fetches both operands through here, in NT form
-  // (see the table at Gemm: [rows x K], blocks along K = along a row). Identity for fp32 and bf16.
+  // (NT form: [rows x K], blocks along K = along a row). Identity for fp32 and bf16.
   // An MXFP8 policy derives from Bf16Policy and overrides this (rowwise vs columnwise per
   // is_columnwise(g, op); E4M3 or E5M2 for the gradient operands dy/dh), returning the dequantized
   // values, which are exact in fp32 and so in the exact GEMM.
@@ -114,8 +85,6 @@ struct ExactRecipePolicy {
   Real dot(const double* a, const double* b, int64_t K, int64_t sa, int64_t sb, GemmStats& st) const {
     return dot_rn_f32(a, b, K, sa, sb, &st);
   }
-  Real silu(Real x) const { return silu_f32(x); }
-  Real dsilu(Real x) const { return dsilu_f32(x); }
 };
 
 using Fp32Policy = ExactRecipePolicy<RoundF32>;

@@ -9,7 +9,7 @@
 namespace moenum::reference::stage_ops {
 namespace {
 
-// One policy object per rounding, so that silu/dsilu/round_act are the reference's own.
+// One policy object per rounding, so that round_act is the reference's own; the arithmetic is layer.h's.
 template <class F>
 auto with_policy(Round r, F&& f) {
   if (r == Round::kBf16) return f(Bf16Policy{});
@@ -67,10 +67,7 @@ Rounded fc1_post(const Matrix& acc, const Vector* b1, Round r) {
     for (Eigen::Index i = 0; i < acc.rows(); ++i)
       for (Eigen::Index j = 0; j < acc.cols(); ++j) {
         float v = float(acc(i, j));
-        if (b1) {
-          v = pol.round_act(v);
-          v = v + float((*b1)(j));
-        }
+        if (b1) v = layer::fc1_separate_bias(pol.round_act(v), float((*b1)(j)));
         out.pre(i, j) = v;
         out.out(i, j) = pol.round_act(v);
       }
@@ -87,8 +84,8 @@ ActForward act_forward(const Matrix& h, const Vector& p, Round r) {
       const float pi = float(p(i));
       for (Eigen::Index j = 0; j < F; ++j) {
         const float g = float(h(i, j)), l = float(h(i, F + j));
-        const float act = pol.silu(g) * l;
-        const float pre = act * pi;
+        const float act = layer::swiglu_fwd(g, l);
+        const float pre = layer::probs_scale(act, pi);
         out.act(i, j) = act;
         out.a_pre(i, j) = pre;
         out.a(i, j) = pol.round_act(pre);
@@ -108,13 +105,11 @@ Rounded act_backward(const Matrix& da, const Matrix& h, const Vector& p, Round r
       const float pi = float(p(i));
       for (Eigen::Index j = 0; j < F; ++j) {
         const float g = float(h(i, j)), l = float(h(i, F + j));
-        const float dact = float(da(i, j)) * pi;
-        const float dg = dact * l * pol.dsilu(g);
-        const float dl = dact * pol.silu(g);
-        out.pre(i, j) = dg;
-        out.pre(i, F + j) = dl;
-        out.out(i, j) = pol.round_act(dg);
-        out.out(i, F + j) = pol.round_act(dl);
+        const layer::SwigluGrad<float> d = layer::swiglu_bwd(float(da(i, j)), g, l, pi);
+        out.pre(i, j) = d.dg;
+        out.pre(i, F + j) = d.dl;
+        out.out(i, j) = pol.round_act(d.dg);
+        out.out(i, F + j) = pol.round_act(d.dl);
       }
     }
     return out;
@@ -130,7 +125,7 @@ Rounded fc2_bias(const Matrix& o, const Matrix* b2_rows, const Vector& p, Round 
       const float pi = float(p(i));
       for (Eigen::Index j = 0; j < o.cols(); ++j) {
         const float ov = float(o(i, j));
-        const float pre = b2_rows ? ov + float((*b2_rows)(i, j)) * pi : ov;
+        const float pre = b2_rows ? layer::fc2_bias(ov, float((*b2_rows)(i, j)), pi) : ov;
         out.pre(i, j) = pre;
         out.out(i, j) = b2_rows ? pol.round_act(pre) : ov;
       }

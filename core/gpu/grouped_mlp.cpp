@@ -195,75 +195,62 @@ void GroupedMlp::set_plan(const Routing& routing, const DispatchPlan& plan, cuda
   }
 }
 
-GroupedGemmDesc GroupedMlp::desc(int id) const {
+// One GEMM of layer.h's table on this layer's device buffers: its operands (for mxfp8 the dequantized
+// operand in the table's direction, TE's usage), sizes and output.
+GroupedGemmDesc GroupedMlp::desc(layer::Gemm gemm) const {
+  using layer::Direction;
+  using layer::Source;
+  const layer::GemmDesc& gd = layer::gemm_desc(gemm);
   GroupedGemmDesc g;
-  g.id = id;
+  g.id = static_cast<int>(gemm);
   g.groups = static_cast<int>(E_);
   g.counts = counts_.get();
   g.offsets = offsets_.get();
-  auto w = [&](const std::vector<DeviceBuffer<uint16_t>>& v, size_t per) {
+  const auto cols = [&](Source s) { return s == Source::kA ? F_ : s == Source::kDh ? 2 * F_ : H_; };
+  const auto rows_of = [&](const layer::OperandDesc& od) -> const uint16_t* {
+    const MxTensor* mx = nullptr;
+    const uint16_t* plain = nullptr;
+    switch (od.source) {
+      case Source::kX: mx = &mx_x_, plain = xd_.get(); break;
+      case Source::kA: mx = &mx_a_, plain = a_.get(); break;
+      case Source::kDy: mx = &mx_dy_, plain = dyd_.get(); break;
+      default: mx = &mx_dh_, plain = dh_.get(); break;
+    }
+    if (!opt_.mx.on) return plain;
+    return (od.direction == Direction::kRowwise ? mx->d_row : mx->d_col)[0].get();
+  };
+  const bool w1 = gd.b.source == Source::kW1;
+  const size_t per = w1 ? 2 * F_ * H_ : H_ * F_;
+  const auto weights_of = [&](const layer::OperandDesc& od) {
+    const MxTensor& mx = w1 ? mx_w1_ : mx_w2_;
+    const std::vector<DeviceBuffer<uint16_t>>& v =
+        !opt_.mx.on ? (w1 ? w1_ : w2_) : od.direction == Direction::kRowwise ? mx.d_row : mx.d_col;
     std::vector<const uint16_t*> out(E_);
     for (int64_t e = 0; e < E_; ++e) out[e] = v.size() == 1 ? v[0].get() + e * per : v[e].get();
     return out;
   };
-  auto dw = [&](const std::vector<DeviceBuffer<float>>& v, size_t per) {
-    std::vector<float*> out(E_);
-    for (int64_t e = 0; e < E_; ++e) out[e] = v.size() == 1 ? v[0].get() + e * per : v[e].get();
-    return out;
-  };
-  const size_t n1 = 2 * F_ * H_, n2 = H_ * F_;
-  if (opt_.mx.on) {  // the dequantized MXFP8 operands, TE's directions (mxfp8_policy.h)
-    switch (id) {
-      case 0:  // fc1_fprop: x rowwise, w1 rowwise
-        g.kind = GemmKind::Fprop, g.n = 2 * F_, g.k = H_, g.a = mx_x_.d_row[0].get(), g.b_expert = w(mx_w1_.d_row, n1),
-        g.d_rows = h_.get();
-        if (opt_.fc1_bias_in_epilogue && opt_.bias)
-          for (int64_t e = 0; e < E_; ++e) g.bias_expert.push_back(b1_.get() + e * 2 * F_);
-        break;
-      case 1:  // fc2_fprop: a rowwise, w2 rowwise
-        g.kind = GemmKind::Fprop, g.n = H_, g.k = F_, g.a = mx_a_.d_row[0].get(), g.b_expert = w(mx_w2_.d_row, n2),
-        g.d_rows = o_.get();
-        break;
-      case 2:  // fc2_dgrad: dy rowwise (grad), w2 columnwise (blocks along H)
-        g.kind = GemmKind::Dgrad, g.n = F_, g.k = H_, g.a = mx_dy_.d_row[0].get(), g.b_expert = w(mx_w2_.d_col, n2),
-        g.d_rows = da_.get();
-        break;
-      case 3:  // fc2_wgrad: dy columnwise (grad), a columnwise (blocks along tokens)
-        g.kind = GemmKind::Wgrad, g.m = H_, g.n = F_, g.a = mx_dy_.d_col[0].get(), g.b_rows = mx_a_.d_col[0].get(),
-        g.d_expert = dw(dw2_, n2);
-        break;
-      case 4:  // fc1_dgrad: dh rowwise (grad), w1 columnwise (blocks along 2F)
-        g.kind = GemmKind::Dgrad, g.n = H_, g.k = 2 * F_, g.a = mx_dh_.d_row[0].get(), g.b_expert = w(mx_w1_.d_col, n1),
-        g.d_rows = dxr_.get();
-        break;
-      case 5:  // fc1_wgrad: dh columnwise (grad), x columnwise
-        g.kind = GemmKind::Wgrad, g.m = 2 * F_, g.n = H_, g.a = mx_dh_.d_col[0].get(), g.b_rows = mx_x_.d_col[0].get(),
-        g.d_expert = dw(dw1_, n1);
-        break;
-    }
-    return g;
-  }
-  switch (id) {
-    case 0:  // FC1 fprop: h = x . w1^T
-      g.kind = GemmKind::Fprop, g.n = 2 * F_, g.k = H_, g.a = xd_.get(), g.b_expert = w(w1_, n1), g.d_rows = h_.get();
-      if (opt_.fc1_bias_in_epilogue && opt_.bias)
+  switch (gd.kind) {
+    case layer::GemmKind::kFprop:  // rows . W^T, W [n, k]
+      g.kind = GemmKind::Fprop, g.n = w1 ? 2 * F_ : H_, g.k = cols(gd.a.source);
+      g.a = rows_of(gd.a), g.b_expert = weights_of(gd.b);
+      g.d_rows = gemm == layer::Gemm::kFc1Fprop ? h_.get() : o_.get();
+      if (gemm == layer::Gemm::kFc1Fprop && opt_.fc1_bias_in_epilogue && opt_.bias)
         for (int64_t e = 0; e < E_; ++e) g.bias_expert.push_back(b1_.get() + e * 2 * F_);
       break;
-    case 1:  // FC2 fprop: o = a . w2^T
-      g.kind = GemmKind::Fprop, g.n = H_, g.k = F_, g.a = a_.get(), g.b_expert = w(w2_, n2), g.d_rows = o_.get();
+    case layer::GemmKind::kDgrad:  // rows . W, W [k, n]
+      g.kind = GemmKind::Dgrad, g.n = w1 ? H_ : F_, g.k = cols(gd.a.source);
+      g.a = rows_of(gd.a), g.b_expert = weights_of(gd.b);
+      g.d_rows = gemm == layer::Gemm::kFc1Dgrad ? dxr_.get() : da_.get();
       break;
-    case 2:  // FC2 dgrad: da = dy . w2
-      g.kind = GemmKind::Dgrad, g.n = F_, g.k = H_, g.a = dyd_.get(), g.b_expert = w(w2_, n2), g.d_rows = da_.get();
+    case layer::GemmKind::kWgrad: {  // A^T . B over each expert's rows
+      g.kind = GemmKind::Wgrad, g.m = cols(gd.a.source), g.n = cols(gd.b.source);
+      g.a = rows_of(gd.a), g.b_rows = rows_of(gd.b);
+      const bool fc1 = gemm == layer::Gemm::kFc1Wgrad;
+      const std::vector<DeviceBuffer<float>>& dw = fc1 ? dw1_ : dw2_;
+      const size_t dper = fc1 ? 2 * F_ * H_ : H_ * F_;
+      for (int64_t e = 0; e < E_; ++e) g.d_expert.push_back(dw.size() == 1 ? dw[0].get() + e * dper : dw[e].get());
       break;
-    case 3:  // FC2 wgrad: dw2 = dy^T . a
-      g.kind = GemmKind::Wgrad, g.m = H_, g.n = F_, g.a = dyd_.get(), g.b_rows = a_.get(), g.d_expert = dw(dw2_, n2);
-      break;
-    case 4:  // FC1 dgrad: dx_rows = dh . w1
-      g.kind = GemmKind::Dgrad, g.n = H_, g.k = 2 * F_, g.a = dh_.get(), g.b_expert = w(w1_, n1), g.d_rows = dxr_.get();
-      break;
-    case 5:  // FC1 wgrad: dw1 = dh^T . x
-      g.kind = GemmKind::Wgrad, g.m = 2 * F_, g.n = H_, g.a = dh_.get(), g.b_rows = xd_.get(), g.d_expert = dw(dw1_, n1);
-      break;
+    }
   }
   return g;
 }
@@ -289,11 +276,11 @@ void GroupedMlp::forward(cudaStream_t s) {
   if (R_ > 0) {
     launch_gather_rows(x_.get(), row_token_.get(), R_, H_, xd_.get(), s);
     if (opt_.mx.on) mx_quantize(mx_x_, {xd_.get()}, s);
-    engine_->run(desc(0), s);
+    engine_->run(desc(layer::Gemm::kFc1Fprop), s);
     launch_act_fwd(h_.get(), (opt_.fc1_bias_in_epilogue || !opt_.bias) ? nullptr : b1_.get(), row_expert_.get(), row_prob_.get(), R_,
                    F_, a_.get(), s);
     if (opt_.mx.on) mx_quantize(mx_a_, {a_.get()}, s);
-    engine_->run(desc(1), s);
+    engine_->run(desc(layer::Gemm::kFc2Fprop), s);
   }
   launch_combine_fwd(o_.get(), opt_.bias ? b2_.get() : nullptr, row_expert_.get(), row_prob_.get(), crow_.get(), T_, k_, H_, y_.get(), s);
 }
@@ -307,13 +294,13 @@ void GroupedMlp::backward(cudaStream_t s) {
   if (R_ > 0) {
     launch_gather_rows(dy_.get(), row_token_.get(), R_, H_, dyd_.get(), s);
     if (opt_.mx.on) mx_quantize(mx_dy_, {dyd_.get()}, s);
-    engine_->run(desc(2), s);
-    engine_->run(desc(3), s);
+    engine_->run(desc(layer::Gemm::kFc2Dgrad), s);
+    engine_->run(desc(layer::Gemm::kFc2Wgrad), s);
     launch_act_bwd(da_.get(), h_.get(), dyd_.get(), opt_.bias ? b2_.get() : nullptr, row_expert_.get(), row_prob_.get(), R_, F_, H_,
                    dh_.get(), dp_.get(), s);
     if (opt_.mx.on) mx_quantize(mx_dh_, {dh_.get()}, s);
-    engine_->run(desc(4), s);
-    engine_->run(desc(5), s);
+    engine_->run(desc(layer::Gemm::kFc1Dgrad), s);
+    engine_->run(desc(layer::Gemm::kFc1Wgrad), s);
     if (opt_.bias)
       launch_bias_grads(dh_.get(), dyd_.get(), row_prob_.get(), offsets_.get(), static_cast<int>(E_), F_, H_,
                         db1_.get(), db2_.get(), s);

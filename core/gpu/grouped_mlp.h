@@ -11,6 +11,7 @@
 #include "device_buffer.h"
 #include "gemm/grouped_gemm.h"
 #include "moenum/backend.h"
+#include "moenum/layer.h"
 #include "moenum/mx.h"
 
 namespace moenum::gpu {
@@ -82,7 +83,7 @@ class GroupedMlp {
   int64_t rows() const { return R_; }
 
  private:
-  GroupedGemmDesc desc(int id) const;
+  GroupedGemmDesc desc(layer::Gemm gemm) const;
   void mx_alloc(MxTensor& t, Fp8Format fmt, int64_t rows, int64_t cols, int nbuf);
   // Quantize src (nbuf buffers of rows/nbuf rows each) in both directions and dequantize to bf16.
   void mx_quantize(MxTensor& t, const std::vector<const uint16_t*>& src, cudaStream_t s);

@@ -3,6 +3,7 @@
 #include "cuda_check.h"
 #include "moenum/activation.h"
 #include "moenum/bf16.h"
+#include "moenum/layer.h"
 
 namespace moenum::gpu {
 namespace {
@@ -42,13 +43,12 @@ __global__ void act_fwd_kernel(uint16_t* h, const uint16_t* b1, const int32_t* r
   for (int64_t j = threadIdx.x; j < F; j += blockDim.x) {
     float g = bf16_to_f32(hr[j]), l = bf16_to_f32(hr[F + j]);
     if (b1) {
-      g = round_bf16(add(g, ld(b1, e * 2 * F + j)));
-      l = round_bf16(add(l, ld(b1, e * 2 * F + F + j)));
+      g = round_bf16(layer::fc1_separate_bias(g, ld(b1, e * 2 * F + j)));
+      l = round_bf16(layer::fc1_separate_bias(l, ld(b1, e * 2 * F + F + j)));
       hr[j] = bf16_bits_rn(g);
       hr[F + j] = bf16_bits_rn(l);
     }
-    const float act = mul(silu_f32(g), l);
-    a[r * F + j] = bf16_bits_rn(mul(act, p));
+    a[r * F + j] = bf16_bits_rn(layer::probs_scale(layer::swiglu_fwd(g, l), p));
   }
 }
 
@@ -60,7 +60,7 @@ __global__ void combine_fwd_kernel(const uint16_t* o, const uint16_t* b2, const 
     for (int64_t i = 0; i < k; ++i) {
       const int32_t r = crow[t * k + i];
       if (r < 0) continue;
-      const float out = b2 ? round_bf16(add(ld(o, r * H + c), mul(ld(b2, row_expert[r] * H + c), row_prob[r])))
+      const float out = b2 ? round_bf16(layer::fc2_bias(ld(o, r * H + c), ld(b2, row_expert[r] * H + c), row_prob[r]))
                            : ld(o, r * H + c);
       acc = add(acc, out);
     }
@@ -83,11 +83,10 @@ __global__ void act_bwd_kernel(const uint16_t* da, const uint16_t* h, const uint
   for (int64_t j = lane; j < F; j += 32) {
     const float g = bf16_to_f32(hr[j]), l = bf16_to_f32(hr[F + j]);
     const float d = ld(da, r * F + j);
-    const float dact = mul(d, p);
-    const float s = silu_f32(g);
-    dh[r * 2 * F + j] = bf16_bits_rn(mul(mul(dact, l), dsilu_f32(g)));
-    dh[r * 2 * F + F + j] = bf16_bits_rn(mul(dact, s));
-    dp_act = add(dp_act, mul(d, mul(s, l)));
+    const layer::SwigluGrad<float> grad = layer::swiglu_bwd(d, g, l, p);
+    dh[r * 2 * F + j] = bf16_bits_rn(grad.dg);
+    dh[r * 2 * F + F + j] = bf16_bits_rn(grad.dl);
+    dp_act = add(dp_act, mul(d, layer::swiglu_fwd(g, l)));
   }
   if (b2)
     for (int64_t c = lane; c < H; c += 32) dp_bias = add(dp_bias, mul(ld(dy_rows, r * H + c), ld(b2, e * H + c)));
