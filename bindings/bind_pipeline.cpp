@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "binding_registry.h"
+#include "prepared.h"
 #include "moenum/backend.h"
 #include "moenum/dispatch_plan.h"
 #include "moenum/problem.h"
@@ -65,14 +66,6 @@ py::dict plan_to_dict(const DispatchPlan& plan) {
   d["ranks"] = ranks;
   return d;
 }
-
-// Everything the backends need, built once per scenario and shared by all of them.
-struct Prepared {
-  Scenario scenario;
-  Problem problem;
-  Routing routing;
-  DispatchPlan plan;
-};
 
 void bind(py::module_& m) {
   py::class_<ModelConfig>(m, "ModelConfig")

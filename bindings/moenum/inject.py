@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .classify import CLASSES, step_ulps
+from . import _core
 from .errors import ScenarioError
 
 SPEC_RE = re.compile(r"^\s*(?P<backend>[^:\s\[\]]+)\s*:\s*(?P<tensor>[A-Za-z0-9_./]+)\s*"
@@ -131,9 +131,8 @@ def apply(inj: Injection, results: dict) -> dict:
                                 key="--inject")
         new = float(np.clip(old + inj.ulps, 0, 255))
     elif inj.ulps is not None:
-        new = float(step_ulps(old, inj.ulps, dtype if dtype in ("bf16", "fp64") else "fp32"))
+        new = float(_core.grid_step(old, inj.ulps, dtype if dtype in ("bf16", "fp64") else "fp32"))
     else:
-        from . import _core
         raw = old + inj.amount
         new = raw if dtype == "fp64" else float(_core.round_to(np.array([raw]), "bf16" if dtype == "bf16" else "fp32")[0])
     if new == old:
@@ -144,9 +143,14 @@ def apply(inj: Injection, results: dict) -> dict:
     return {"where": where, "index": index, "old": old, "new": new, "dtype": dtype}
 
 
+def probe(inj: Injection, applied: dict) -> tuple[str, tuple]:
+    """The (tensor, index) whose class the stage checks must report for this injection."""
+    return inj.tensor, tuple(applied["index"])
+
+
 def outcome(inj: Injection, applied: dict, stage_results: list | None) -> tuple[bool, str]:
     """The check of one injection: (passed, detail); passed only when detected at the planted element."""
-    from .stages import EXACT, MX, _failing_mask, stage_by_tensor
+    from .stages import stage_by_tensor
     idx = list(applied["index"])
     head = (f"{inj.text}: {applied['where']}/{inj.tensor}{idx} {applied['old']!r} -> {applied['new']!r} "
             f"({applied['dtype']})")
@@ -154,21 +158,23 @@ def outcome(inj: Injection, applied: dict, stage_results: list | None) -> tuple[
     if stage_results is None:
         return False, f"unchecked: {head}; {inj.backend} has no teacher-forced stage checks"
     sr = next((r for r in stage_results if stage is not None and r.stage.name == stage.name), None)
-    if sr is None or sr.status == "skipped" or sr.cls is None:
+    p = next((q for q in (sr.probes if sr else []) if q["tensor"] == inj.tensor and tuple(q["index"]) == tuple(idx)),
+             None)
+    if sr is None or sr.status == "skipped" or p is None or not p["checked"]:
         why = sr.reason if sr is not None and sr.reason else "no stage checks this tensor"
         return False, f"unchecked: {head}; {why}"
-    cls = sr.cls_by_tensor.get(inj.tensor) if sr.cls_by_tensor else sr.cls
-    c = int(cls[applied["index"]])
-    if _failing_mask(stage, np.array([c]))[0]:
+    cls = p["cls"]
+    failing = cls != "bitwise_equal" if stage.bit_exact else cls == "bound_violation"
+    if failing:
         return True, f"detected: {head}; {sr.reason}"
     order = [r.stage.name for r in stage_results]
     later = [r for r in stage_results[order.index(stage.name) + 1:] if r.status == "failed"]
     if later:
-        return False, (f"detected_downstream: {head}; its own stage {stage.name} classifies it {CLASSES[c]}, "
+        return False, (f"detected_downstream: {head}; its own stage {stage.name} classifies it {cls}, "
                        f"but a later one disagrees with it: first failing {later[0].reason}")
-    if stage.kind in (EXACT, MX):
-        return False, f"missed: {head}; classified {CLASSES[c]} by the bit-exact stage {stage.name} (a harness bug)"
-    lo, hi = float(sr.rec.lo[applied["index"]]), float(sr.rec.hi[applied["index"]])
+    if stage.bit_exact:
+        return False, f"missed: {head}; classified {cls} by the bit-exact stage {stage.name} (a harness bug)"
+    lo, hi = p["bound"]
     return False, (f"undetectable: {head}; stage {stage.name} ({stage.kind}) classifies the perturbed value "
-                   f"{CLASSES[c]}: it lies inside the bound [{lo!r}, {hi!r}] around the reference "
-                   f"{float(sr.rec.ref[applied['index']])!r}, so no check can tell it from accumulation order")
+                   f"{cls}: it lies inside the bound [{lo!r}, {hi!r}] around the reference "
+                   f"{p['ref']!r}, so no check can tell it from accumulation order")

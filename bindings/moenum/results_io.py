@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import ScenarioError
-from .metrics import COLUMNS
+from .verify import COLUMNS
 
 SCHEMA_VERSION = 1
 COMPRESSION = {"compression": "gzip", "compression_opts": 4, "shuffle": True}

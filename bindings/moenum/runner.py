@@ -126,8 +126,11 @@ def run(scenario, out="results", backends: list[str] | None = None, inject=None)
                 results[name]["disposition"], results[name]["reason"] = "failed", failed[0]
     reports = {}
     if check_stages:
+        probes = {}
+        for inj, info in applied:
+            probes.setdefault(inj.backend, []).append(inject_mod.probe(inj, info))
         stage_c, reports = stage_checks(cfg, prepared, results, names,
-                                        include=[inj.backend for inj in injections])
+                                        include=[inj.backend for inj in injections], probes=probes)
         checks.update(stage_c)
         for name in reports:
             ok, detail = stage_c[f"stage.{name}"]

@@ -48,6 +48,12 @@ def int_list(v):
     return None
 
 
+def sample_spec(v):
+    if isinstance(v, bool) or (isinstance(v, str) and v not in ("all", "auto")) or (isinstance(v, int) and v <= 0):
+        return f"must be all, auto or a positive number of elements per (stage, expert), got {v!r}"
+    return None
+
+
 def str_list(v):
     return None if v and all(isinstance(c, str) for c in v) else "must be a non-empty list of names"
 
@@ -109,6 +115,9 @@ SCHEMA: dict[str, Any] = {
     "verify": {
         "stages": Key(bool, True),
         "invariance": Key(bool, True),
+        # GEMM stages: all elements, a sample of N elements per (stage, expert), or auto (all unless the
+        # stage's recomputation exceeds 2^31 multiply-adds, then 65536); core/verify/stage_check.h
+        "sample": Key((str, int), "auto", check=sample_spec),
     },
 }
 

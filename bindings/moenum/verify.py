@@ -4,7 +4,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .metrics import COLUMNS, coarser, compare
+from . import _core
+
+# The error table's columns (interfaces.md); the statistics come from core/verify/error_stats.h.
+COLUMNS = ["backend", "other", "tensor", "expert", "n", "max_abs", "max_rel", "mean_abs", "rel_fro",
+           "calc_diff", "max_ulp", "ulp_le0", "ulp_le1", "ulp_le2", "ulp_gt2", "bitwise_equal",
+           "bound_violations", "disposition"]
+_STAT_COLUMNS = COLUMNS[4:16]
 
 # Tensors whose leading dimension is the expert: they also get one row per expert.
 EXPERT_TENSORS = ("dw1", "dw2", "db1", "db2")
@@ -37,18 +43,13 @@ def error_table(results: dict, backends: list[str], baseline: str, topk_idx: np.
             if tensor not in rb["outputs"]:
                 continue
             b, dtype_b = rb["outputs"][tensor]
-            dtype = coarser(dtype_a, dtype_b)
             base = {"backend": backend, "other": other, "tensor": tensor,
                     "bound_violations": -1,  # -1: the per-element GEMM bound was not checked
                     "disposition": ra["disposition"]}
-            rows.append({**base, "expert": -1, **compare(a, b, dtype)})
-            if tensor in EXPERT_TENSORS:
-                for e in range(a.shape[0]):
-                    rows.append({**base, "expert": e, **compare(a[e], b[e], dtype)})
-            elif tensor == "dprobs":
-                for e in np.unique(topk_idx):
-                    mask = topk_idx == e
-                    rows.append({**base, "expert": int(e), **compare(a[mask], b[mask], dtype)})
+            labels = np.asarray(topk_idx, dtype=np.int64).ravel() if tensor == "dprobs" else None
+            for expert, stats in _core.error_stats(a, dtype_a, b, dtype_b, labels,
+                                                   leading_expert=tensor in EXPERT_TENSORS):
+                rows.append({**base, "expert": expert, **{c: stats[c] for c in _STAT_COLUMNS}})
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -99,14 +100,14 @@ def expected_shapes(cfg: dict) -> dict:
 NO_STAGE_CHECKS = ("golden", "reference")
 
 
-def stage_checks(cfg: dict, prepared, results: dict, backends: list[str], include=()) -> tuple[dict, dict]:
-    """Run the stage registry over every backend under test that ran (not golden, not reference unless
-    named in `include`).
+def stage_checks(cfg: dict, prepared, results: dict, backends: list[str], include=(), probes=None) -> tuple[dict, dict]:
+    """Run the stage checks (core/verify) over every backend under test that ran (not golden, not
+    reference unless named in `include`). probes: backend -> [(tensor, index)] elements to report.
 
     Returns (checks, reports): checks `stage.<backend>` -> (passed, detail) and reports backend -> list
     of stages.StageResult (class counts, first failing element)."""
     from . import stages
-    ctx = None
+    sample = cfg.get("verify", {}).get("sample", "auto")
     checks, reports = {}, {}
     for name in backends:
         r = results.get(name)
@@ -114,10 +115,9 @@ def stage_checks(cfg: dict, prepared, results: dict, backends: list[str], includ
             continue
         if not r or "outputs" not in r or r["disposition"] != "passed":
             continue
-        if ctx is None:
-            ctx = stages.make_context(cfg, prepared)
-        reports[name] = stages.check_backend(ctx, r)
-        checks[f"stage.{name}"] = stages.summarize(name, reports[name])
+        reports[name], (passed, detail, _) = stages.check_backend(name, prepared, r, sample,
+                                                                 (probes or {}).get(name, ()))
+        checks[f"stage.{name}"] = (passed, detail)
     return checks, reports
 
 
@@ -132,7 +132,7 @@ def fill_bound_violations(table: pd.DataFrame, reports: dict, baseline: str) -> 
             if sr.status == "skipped" or sr.stage.where != "outputs":
                 continue
             fail = lambda c: (sum(v for k, v in c.items() if k != "bitwise_equal")
-                              if sr.stage.kind in ("exact", "mx") else c.get("bound_violation", 0))
+                              if sr.stage.bit_exact else c.get("bound_violation", 0))
             sel = (table.backend == backend) & (table.other == baseline) & (table.tensor == sr.stage.name)
             for i in table.index[sel]:
                 e = int(table.at[i, "expert"])
@@ -167,15 +167,15 @@ LAYOUT_SENSITIVE_PREFIXES = ("gpu.",)
 
 
 def _identical(a: np.ndarray, b: np.ndarray) -> tuple[bool, str]:
-    """Bitwise identical (as stored; +0 and -0 count as equal values here, NaN equals NaN)."""
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    if a.shape != b.shape:
+    """Bitwise identical (core/verify/bitwise.h: +0 and -0 differ, every NaN equals every NaN)."""
+    a, b = np.asarray(a), np.asarray(b)
+    same_shape, differing, first = _core.bitwise_diff(a, b)
+    if not same_shape:
         return False, f"shapes {a.shape} vs {b.shape}"
-    same = (a == b) | (np.isnan(a) & np.isnan(b))
-    if same.all():
+    if differing == 0:
         return True, ""
-    i = tuple(int(v) for v in np.argwhere(~same)[0])
-    return False, f"{int((~same).sum())} element(s) differ, first {list(i)}: {a[i]!r} vs {b[i]!r}"
+    i = tuple(int(v) for v in np.unravel_index(first, a.shape))
+    return False, f"{differing} element(s) differ, first {list(i)}: {a[i]!r} vs {b[i]!r}"
 
 
 def compare_outputs(out_a: dict, out_b: dict) -> tuple[bool, str]:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import moenum
-from moenum.metrics import COLUMNS
+from moenum.verify import COLUMNS
 
 from conftest import SCENARIOS, moenum_cli, with_changes
 

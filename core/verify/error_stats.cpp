@@ -1,0 +1,142 @@
+#include "error_stats.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "bitwise.h"
+
+namespace moenum::verify {
+
+void UlpBuckets::add(double ulps, double absdiff) {
+  if (ulps == 0.0) ++le0;
+  else if (ulps <= 1.0) ++le1;
+  else if (ulps <= 2.0) ++le2;
+  else ++gt2;  // NaN too
+  if (ulps > max_ulp) max_ulp = ulps;
+  if (absdiff > max_abs) max_abs = absdiff;
+}
+
+UlpBuckets& UlpBuckets::operator+=(const UlpBuckets& o) {
+  max_ulp = std::max(max_ulp, o.max_ulp);
+  max_abs = std::max(max_abs, o.max_abs);
+  le0 += o.le0, le1 += o.le1, le2 += o.le2, gt2 += o.gt2;
+  return *this;
+}
+
+namespace {
+
+// Partial sums of one block of elements.
+struct Partial {
+  int64_t n = 0, bitwise = 0;
+  bool nan_abs = false, nan_rel = false;  // a difference of a NaN and a number: the maximum is NaN
+  double max_abs = 0, max_rel = 0, sum_abs = 0, sum_d2 = 0, sum_b2 = 0, sum_a2 = 0, sum_ab = 0;
+  UlpBuckets ulps;
+
+  void add(double a, double b, Grid g) {
+    ++n;
+    const bool both_nan = std::isnan(a) && std::isnan(b);
+    const double diff = both_nan ? 0.0 : std::fabs(a - b);
+    if (same_bits(a, b, Grid::kF64)) ++bitwise;  // as stored: sign of zero counts, NaNs are equal
+    if (std::isnan(diff)) nan_abs = true;
+    else max_abs = std::max(max_abs, diff);
+    if (b != 0.0) {
+      const double rel = diff / std::fabs(b);
+      if (std::isnan(rel)) nan_rel = true;
+      else max_rel = std::max(max_rel, rel);
+    }
+    sum_abs += diff;
+    sum_d2 += (a - b) * (a - b);
+    sum_a2 += a * a;
+    sum_b2 += b * b;
+    sum_ab += a * b;
+    ulps.add(ulp_distance(a, b, g), diff);
+  }
+  void merge(const Partial& o) {
+    n += o.n, bitwise += o.bitwise;
+    nan_abs |= o.nan_abs, nan_rel |= o.nan_rel;
+    max_abs = std::max(max_abs, o.max_abs);
+    max_rel = std::max(max_rel, o.max_rel);
+    sum_abs += o.sum_abs, sum_d2 += o.sum_d2, sum_a2 += o.sum_a2, sum_b2 += o.sum_b2, sum_ab += o.sum_ab;
+    ulps += o.ulps;
+  }
+};
+
+ErrorStats finish(const Partial& p) {
+  ErrorStats s;
+  s.n = p.n;
+  if (p.n == 0) return s;
+  s.max_abs = p.nan_abs ? std::nan("") : p.max_abs;
+  s.max_rel = p.nan_rel ? std::nan("") : p.max_rel;
+  s.mean_abs = p.sum_abs / double(p.n);
+  const double norm_b = std::sqrt(p.sum_b2), norm_d = std::sqrt(p.sum_d2);
+  s.rel_fro = norm_b > 0 ? norm_d / norm_b : norm_d;
+  const double denom = p.sum_a2 + p.sum_b2;
+  s.calc_diff = denom == 0.0 ? 0.0 : 1.0 - 2.0 * p.sum_ab / denom;
+  s.ulps = p.ulps;
+  s.bitwise_equal = p.bitwise;
+  return s;
+}
+
+constexpr int64_t kBlock = 1 << 14;
+
+}  // namespace
+
+ErrorStats error_stats(const View& a, const View& b, Grid grid, const std::vector<int64_t>* index) {
+  MOENUM_CHECK(a.size() == b.size(), "error_stats: tensors of different sizes");
+  const int64_t n = index ? int64_t(index->size()) : a.size();
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  std::vector<Partial> parts(size_t(std::max<int64_t>(blocks, 1)));
+#pragma omp parallel for schedule(static) if (blocks > 1)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    Partial& p = parts[blk];
+    const int64_t end = std::min(n, (blk + 1) * kBlock);
+    for (int64_t i = blk * kBlock; i < end; ++i) {
+      const int64_t at = index ? (*index)[i] : i;
+      p.add(a.at(at), b.at(at), grid);
+    }
+  }
+  Partial all;
+  for (const Partial& p : parts) all.merge(p);
+  return finish(all);
+}
+
+std::vector<ExpertStats> error_stats_by_leading_dim(const View& a, const View& b, Grid grid) {
+  std::vector<ExpertStats> out;
+  const int64_t E = a.dim(0), per = E ? a.size() / E : 0;
+  for (int64_t e = 0; e < E; ++e) {
+    std::vector<int64_t> idx(static_cast<size_t>(per));
+    for (int64_t i = 0; i < per; ++i) idx[i] = e * per + i;
+    out.push_back({e, error_stats(a, b, grid, &idx)});
+  }
+  return out;
+}
+
+std::vector<ExpertStats> error_stats_by_label(const View& a, const View& b, Grid grid,
+                                              const std::vector<int64_t>& label) {
+  MOENUM_CHECK(int64_t(label.size()) == a.size(), "error_stats_by_label: one label per element");
+  int64_t E = 0;
+  for (int64_t l : label) E = std::max(E, l + 1);
+  std::vector<std::vector<int64_t>> idx(static_cast<size_t>(E));
+  for (int64_t i = 0; i < int64_t(label.size()); ++i)
+    if (label[i] >= 0) idx[label[i]].push_back(i);
+  std::vector<ExpertStats> out;
+  for (int64_t e = 0; e < E; ++e)
+    if (!idx[e].empty()) out.push_back({e, error_stats(a, b, grid, &idx[e])});
+  return out;
+}
+
+BitwiseDiff bitwise_diff(const View& a, const View& b) {
+  BitwiseDiff d;
+  if (a.shape != b.shape) {
+    d.same_shape = false;
+    return d;
+  }
+  for (int64_t i = 0; i < a.size(); ++i)
+    if (!same_bits(a.at(i), b.at(i), Grid::kF64)) {
+      if (d.first < 0) d.first = i;
+      ++d.differing;
+    }
+  return d;
+}
+
+}  // namespace moenum::verify

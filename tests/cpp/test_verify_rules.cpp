@@ -1,0 +1,132 @@
+// The verifier's rules (core/verify/): ULPs, bitwise equality, the bound with its underflow term,
+// and element classification.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "bitwise.h"
+#include "bounds.h"
+#include "classify.h"
+#include "error_stats.h"
+#include "exact_gemm.h"
+#include "ulp.h"
+
+namespace moenum::verify {
+namespace {
+
+TEST(Ulp, GridStepsWalkTheDtypeGrid) {
+  EXPECT_EQ(grid_step(1.0, 1, Grid::kBf16), 1.0078125);
+  EXPECT_EQ(grid_step(1.0, -1, Grid::kBf16), 1.0 - std::ldexp(1.0, -8));
+  EXPECT_EQ(grid_step(0.0, 1, Grid::kF32), std::ldexp(1.0, -149));
+  EXPECT_EQ(grid_step(-0.0, 1, Grid::kBf16), std::ldexp(1.0, -133));
+  EXPECT_EQ(grid_step(1.0, 1, Grid::kF32), 1.0 + std::ldexp(1.0, -23));
+  EXPECT_EQ(grid_step(1.0, 1, Grid::kF64), std::nextafter(1.0, 2.0));
+}
+
+TEST(Ulp, DistanceIsInSpacingsAtTheReference) {
+  EXPECT_EQ(ulp_distance(1.0078125, 1.0, Grid::kBf16), 1.0);
+  EXPECT_EQ(ulp_distance(1.0 + 0x1p-24, 1.0, Grid::kBf16), 0x1p-17);  // off the grid: fractional
+  EXPECT_EQ(ulp_distance(-1.0, 1.0, Grid::kF32), std::ldexp(1.0, 24));
+  EXPECT_EQ(ulp_distance(std::nan(""), std::nan(""), Grid::kF32), 0.0);
+  EXPECT_TRUE(std::isinf(ulp_distance(std::nan(""), 1.0, Grid::kF32)));
+  EXPECT_EQ(ulp_spacing(0.0, Grid::kF32), std::ldexp(1.0, -149));  // subnormal spacing
+  // a step is one ulp in the binade of the value stepped from
+  for (double v : {1.5, 3.0, 0x1.8p-10, -7.25})  // on both grids
+    for (Grid g : {Grid::kBf16, Grid::kF32}) EXPECT_EQ(ulp_distance(grid_step(v, 1, g), v, g), 1.0) << v;
+}
+
+TEST(Bitwise, SignOfZeroCountsAndNaNsAreEqual) {
+  EXPECT_TRUE(same_bits(1.5, 1.5, Grid::kBf16));
+  EXPECT_FALSE(same_bits(0.0, -0.0, Grid::kF32));
+  EXPECT_FALSE(same_bits(0.0, -0.0, Grid::kF64));
+  const double qnan = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_TRUE(same_bits(qnan, -qnan, Grid::kF32));
+  EXPECT_FALSE(same_bits(qnan, 1.0, Grid::kF32));
+  EXPECT_FALSE(same_bits(1.0, 1.0 + 0x1p-30, Grid::kF64));
+}
+
+TEST(Classify, TheClassesInOrder) {
+  const Interval wide{0.99, 1.01};
+  const double mid = 1.00390625;  // the bf16 midpoint of 1 and its upper neighbour 1 + 2^-7
+  EXPECT_EQ(classify(1.0, {1.0, 1.0, wide}, Grid::kBf16), Class::kBitwiseEqual);
+  EXPECT_EQ(classify(1.0078125, {1.0, mid, wide}, Grid::kBf16), Class::kTieFlip);
+  EXPECT_EQ(classify(1.0078125, {1.0, 1.0, wide}, Grid::kBf16), Class::kWithinBound);
+  EXPECT_EQ(classify(2.0, {1.0, 1.0, Interval{0.99, 1.5}}, Grid::kBf16), Class::kBoundViolation);
+  EXPECT_EQ(classify(-0.0, {0.0, 0.0, Interval{0.0, 0.0}}, Grid::kBf16), Class::kWithinBound);
+  // a bit-exact stage (no bound): a tie flip is named, anything else is a violation
+  EXPECT_EQ(classify(1.0078125, {1.0, mid, std::nullopt}, Grid::kBf16), Class::kTieFlip);
+  EXPECT_EQ(classify(1.0078125, {1.0, 1.0, std::nullopt}, Grid::kBf16), Class::kBoundViolation);
+  EXPECT_EQ(classify(-0.0, {0.0, 0.0, std::nullopt}, Grid::kF32), Class::kBoundViolation);
+  // a tie flip outside the bound is a violation
+  EXPECT_EQ(classify(1.0078125, {1.0, mid, Interval{1.0, 1.0}}, Grid::kBf16), Class::kBoundViolation);
+}
+
+// Every fp32 summation order of the same products lies inside the bound, and the next fp32 value
+// beyond it does not.
+TEST(Bounds, HoldEveryFp32SummationOrder) {
+  std::mt19937 gen(11);
+  std::normal_distribution<double> nd;
+  for (int K : {16, 256, 2048}) {
+    std::vector<double> a(K), b(K);
+    for (int k = 0; k < K; ++k) {
+      a[k] = static_cast<float>(nd(gen));
+      b[k] = static_cast<float>(nd(gen) * std::exp(3.0 * nd(gen) / 3.0));
+    }
+    const float c32 = reference::dot_rn_f32(a.data(), b.data(), K);
+    double S = 0;
+    for (int k = 0; k < K; ++k) S += std::fabs(a[k] * b[k]);
+    const Interval iv = accumulator_interval(c32, S, K);
+    std::vector<int> order(K);
+    for (int k = 0; k < K; ++k) order[k] = k;
+    for (int trial = 0; trial < 4; ++trial) {
+      float acc = 0;
+      for (int k : order) acc = acc + float(a[k]) * float(b[k]);
+      EXPECT_GE(acc, iv.lo);
+      EXPECT_LE(acc, iv.hi);
+      std::shuffle(order.begin(), order.end(), gen);
+    }
+    const double beyond = std::nextafter(float(iv.hi), std::numeric_limits<float>::infinity());
+    EXPECT_EQ(classify(beyond, {c32, c32, iv}, Grid::kF32), Class::kBoundViolation);
+  }
+}
+
+// Products and sums of subnormal-range values lose up to half the smallest subnormal each: the
+// underflow term covers that, the relative term alone would not.
+TEST(Bounds, UnderflowTermCoversSubnormalProducts) {
+  const int K = 64;
+  std::vector<double> a(K), b(K);
+  for (int k = 0; k < K; ++k) {
+    a[k] = static_cast<float>(std::ldexp(1.0 + k / 64.0, -75) * (k % 3 ? 1 : -1));
+    b[k] = static_cast<float>(std::ldexp(1.0 + k / 32.0, -72));
+  }
+  const float c32 = reference::dot_rn_f32(a.data(), b.data(), K);
+  double S = 0;
+  for (int k = 0; k < K; ++k) S += std::fabs(a[k] * b[k]);
+  float acc = 0;  // every product rounds in the subnormal range
+  for (int k = 0; k < K; ++k) acc = acc + float(a[k]) * float(b[k]);
+  const Interval iv = accumulator_interval(c32, S, K);
+  EXPECT_GE(acc, iv.lo);
+  EXPECT_LE(acc, iv.hi);
+  const double relative_only = gamma(K) * S + half_ulp_f32(c32);
+  EXPECT_GT(std::fabs(double(acc) - c32), relative_only);  // the case the underflow term exists for
+}
+
+TEST(ErrorStats, FiguresOfATinyPair) {
+  const std::vector<float> a{1.0f, 2.0f, 0.0f, -0.0f}, b{1.0f, 2.5f, 0.0f, 0.0f};
+  View va{a.data(), Storage::kF32, {4}, "fp32"}, vb{b.data(), Storage::kF32, {4}, "fp32"};
+  const ErrorStats s = error_stats(va, vb, Grid::kBf16);
+  EXPECT_EQ(s.n, 4);
+  EXPECT_EQ(s.max_abs, 0.5);
+  EXPECT_EQ(s.max_rel, 0.2);
+  EXPECT_EQ(s.mean_abs, 0.125);
+  EXPECT_EQ(s.bitwise_equal, 2);  // -0 vs +0 is not bitwise equal
+  EXPECT_EQ(s.ulps.le0, 3);
+  EXPECT_EQ(s.ulps.gt2, 1);  // 0.5 at 2.5 is 32 bf16 ulps
+  EXPECT_NEAR(s.rel_fro, 0.5 / std::sqrt(1.0 + 6.25), 1e-15);
+}
+
+}  // namespace
+}  // namespace moenum::verify
