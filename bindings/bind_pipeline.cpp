@@ -123,8 +123,6 @@ void bind(py::module_& m) {
       .def(py::init<>())
       .def_readwrite("name", &Scenario::name)
       .def_readwrite("description", &Scenario::description)
-      .def_readwrite("source_file", &Scenario::source_file)
-      .def_readwrite("yaml_text", &Scenario::yaml_text)
       .def_readwrite("seed", &Scenario::seed)
       .def_readwrite("model", &Scenario::model)
       .def_readwrite("tokens", &Scenario::tokens)
@@ -132,8 +130,6 @@ void bind(py::module_& m) {
       .def_readwrite("dispatch", &Scenario::dispatch)
       .def_readwrite("recipe", &Scenario::recipe)
       .def_readwrite("weights", &Scenario::weights)
-      .def_readwrite("backends", &Scenario::backends)
-      .def_readwrite("baseline", &Scenario::baseline)
       .def_readwrite("output", &Scenario::output)
       .def_readwrite("inputs", &Scenario::inputs)
       .def("validate", [](const Scenario& sc) { validate(sc); });

@@ -140,7 +140,6 @@ class OutputConfig:
     def __init__(self) -> None:
         ...
 class Scenario:
-    baseline: str
     description: str
     dispatch: DispatchConfig
     model: ModelConfig
@@ -148,18 +147,10 @@ class Scenario:
     output: OutputConfig
     recipe: RecipeConfig
     routing: RoutingConfig
-    source_file: str
     weights: str
-    yaml_text: str
     def __init__(self) -> None:
         ...
     def validate(self) -> None:
-        ...
-    @property
-    def backends(self) -> list[str]:
-        ...
-    @backends.setter
-    def backends(self, arg0: collections.abc.Sequence[str]) -> None:
         ...
     @property
     def inputs(self) -> dict[str, InputRegime]:

@@ -331,8 +331,7 @@ def to_core(sc: Scenario):
     from . import _core
     c = sc.config
     core = _core.Scenario()
-    core.name, core.description, core.source_file = c["name"], c["description"], sc.file
-    core.yaml_text = sc.to_yaml()
+    core.name, core.description = c["name"], c["description"]
     core.seed = c["seed"]
     m = core.model
     for key in ("experts", "hidden", "ffn", "topk", "activation", "bias"):
@@ -357,8 +356,6 @@ def to_core(sc: Scenario):
         setattr(r, key, c["recipe"][key])
     core.recipe = r
     core.weights = c["weights"]
-    core.backends = [b for b in c["backends"] if not b.startswith("torch:")]
-    core.baseline = c["compare"]["baseline"]
     o = core.output
     o.inputs, o.intermediates, o.diffs = c["output"]["inputs"], c["output"]["intermediates"], c["output"]["diffs"]
     core.output = o

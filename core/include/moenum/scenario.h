@@ -63,8 +63,6 @@ struct OutputConfig {
 struct Scenario {
   std::string name;
   std::string description;
-  std::string source_file;           // for error messages
-  std::string yaml_text;             // the full expanded scenario, stored in the results file
   uint64_t seed = 0;
   ModelConfig model;
   int64_t tokens = 64;
@@ -72,8 +70,6 @@ struct Scenario {
   DispatchConfig dispatch;
   RecipeConfig recipe;
   std::string weights = "single";    // single | discrete
-  std::vector<std::string> backends{"golden", "reference"};
-  std::string baseline = "reference";
   OutputConfig output;
   std::map<std::string, InputRegime> inputs;  // keyed by x, w1, b1, w2, b2, dy
 };
