@@ -122,5 +122,5 @@ INPUT_REGIME: dict[str, Any] = {
 }
 
 # Default alignment per recipe when padding is asked for (numerics.md §3).
-RECIPE_ALIGN = {"mxfp8": 32, "fp8": 16}
+RECIPE_ALIGN = {"mxfp8": 32}
 MX_BLOCK = 32
