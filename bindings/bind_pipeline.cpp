@@ -60,6 +60,7 @@ py::dict plan_to_dict(const DispatchPlan& plan) {
     rd["row_prob"] = to_numpy(r.row_prob, {n});
     rd["tokens_per_expert"] = to_numpy(r.tokens_per_expert, {static_cast<py::ssize_t>(r.tokens_per_expert.size())});
     rd["fell_back_to_module"] = r.fell_back_to_module;
+    rd["simulated"] = r.simulated;
     ranks.append(rd);
   }
   d["ranks"] = ranks;
@@ -101,7 +102,8 @@ void bind(py::module_& m) {
       .def(py::init<>())
       .def_readwrite("ep", &DispatchConfig::ep)
       .def_readwrite("padding", &DispatchConfig::padding)
-      .def_readwrite("align", &DispatchConfig::align);
+      .def_readwrite("align", &DispatchConfig::align)
+      .def_readwrite("ranks", &DispatchConfig::ranks);
   py::class_<RecipeConfig>(m, "RecipeConfig")
       .def(py::init<>())
       .def_readwrite("name", &RecipeConfig::name)

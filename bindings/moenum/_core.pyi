@@ -104,6 +104,12 @@ class DispatchConfig:
     @ep.setter
     def ep(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
+    @property
+    def ranks(self) -> list[int]:
+        ...
+    @ranks.setter
+    def ranks(self, arg0: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> None:
+        ...
 class RecipeConfig:
     bias_mode: str
     grad_format: str

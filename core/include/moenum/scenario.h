@@ -37,6 +37,7 @@ struct DispatchConfig {
   int64_t ep = 1;
   std::string padding = "none";      // none | router | router_post | module | hybridep
   int64_t align = 0;                 // 0 = no padding; defaults from the recipe are filled in Python
+  std::vector<int64_t> ranks;        // EP ranks to simulate (empty = all): the others compute nothing
 };
 
 struct RecipeConfig {
@@ -76,5 +77,9 @@ struct Scenario {
 
 // Throws ConfigError naming the scenario and key for combinations the computation cannot honour.
 void validate(const Scenario& sc);
+
+// Per EP rank, whether it is simulated (dispatch.ranks). Throws ConfigError for a rank outside
+// [0, ep) or listed twice.
+std::vector<bool> simulated_ranks(const Scenario& sc);
 
 }  // namespace moenum
