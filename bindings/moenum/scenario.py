@@ -147,6 +147,9 @@ def _check_combinations(cfg: dict, err) -> None:
         raise err("dispatch.ep", f"tokens ({cfg['tokens']}) not divisible by ep ({d['ep']})")
     if m["experts"] % d["ep"]:
         raise err("dispatch.ep", f"experts ({m['experts']}) not divisible by ep ({d['ep']})")
+    outside = [r for r in d["ranks"] or () if not 0 <= r < d["ep"]]
+    if outside:
+        raise err("dispatch.ranks", f"rank {outside[0]} is not in [0, ep) = [0, {d['ep']})")
     if d["align"] is None:
         d["align"] = RECIPE_ALIGN.get(r["name"], 0) if d["padding"] != "none" or r["name"] in RECIPE_ALIGN else 0
         if d["padding"] != "none" and d["align"] == 0:
@@ -350,6 +353,7 @@ def to_core(sc: Scenario):
     core.routing = routing
     d = core.dispatch
     d.ep, d.padding, d.align = c["dispatch"]["ep"], c["dispatch"]["padding"], c["dispatch"]["align"]
+    d.ranks = c["dispatch"]["ranks"] or []
     core.dispatch = d
     r = core.recipe
     for key in ("name", "scale_rounding", "grad_format", "bias_mode"):
