@@ -27,8 +27,12 @@ def comparison_pairs(backends: list[str], baseline: str) -> list[tuple[str, str]
     return pairs
 
 
-def error_table(results: dict, backends: list[str], baseline: str, topk_idx: np.ndarray) -> pd.DataFrame:
+def error_table(results: dict, backends: list[str], baseline: str, topk_idx: np.ndarray,
+                experts: list[int] | None = None) -> pd.DataFrame:
+    """experts: the experts that computed (moenum.ranks, dispatch.ranks), None = all. The other experts'
+    gradients and dprobs were not computed, so their rows are left out, also from the whole-tensor rows."""
     rows = []
+    routed = np.ones(topk_idx.shape, dtype=bool) if experts is None else np.isin(topk_idx, experts)
     for backend, other in comparison_pairs(backends, baseline):
         ra, rb = results.get(backend), results.get(other)
         if not ra or not rb or "outputs" not in ra or "outputs" not in rb:
@@ -41,14 +45,20 @@ def error_table(results: dict, backends: list[str], baseline: str, topk_idx: np.
             base = {"backend": backend, "other": other, "tensor": tensor,
                     "bound_violations": -1,  # -1: the per-element GEMM bound was not checked
                     "disposition": ra["disposition"]}
-            rows.append({**base, "expert": -1, **compare(a, b, dtype)})
             if tensor in EXPERT_TENSORS:
-                for e in range(a.shape[0]):
+                ids = range(a.shape[0]) if experts is None else experts
+                whole = (a, b) if experts is None else (a[experts], b[experts])
+                rows.append({**base, "expert": -1, **compare(*whole, dtype)})
+                for e in ids:
                     rows.append({**base, "expert": e, **compare(a[e], b[e], dtype)})
             elif tensor == "dprobs":
-                for e in np.unique(topk_idx):
+                whole = (a, b) if experts is None else (a[routed], b[routed])
+                rows.append({**base, "expert": -1, **compare(*whole, dtype)})
+                for e in np.unique(topk_idx[routed]):
                     mask = topk_idx == e
                     rows.append({**base, "expert": int(e), **compare(a[mask], b[mask], dtype)})
+            else:
+                rows.append({**base, "expert": -1, **compare(a, b, dtype)})
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -204,10 +214,16 @@ def weights_layout_check(name: str, result: dict, rerun) -> tuple[bool, str] | N
 
 
 def _point_key(cfg: dict, drop: tuple) -> str:
-    """The scenario config without the keys an invariance may vary (and the bookkeeping keys)."""
+    """The scenario config without the keys an invariance may vary (and the bookkeeping keys). Points
+    simulating a subset of the EP ranks are keyed by the experts they computed, which no invariance
+    varies: partial outputs are compared only with partial outputs of the same experts."""
     import copy
     import json
+
+    from .ranks import partial_experts
     c = copy.deepcopy(cfg)
+    c["dispatch"].pop("ranks", None)
+    c["partial_experts"] = partial_experts(cfg)
     for dotted in drop + ("name", "description", "backends", "compare", "output", "verify"):
         *parents, leaf = dotted.split(".")
         node = c
@@ -240,7 +256,8 @@ def invariance_checks(results) -> dict:
                              expert's rows do not depend on EP): identical outputs.
     golden                   golden's outputs across every point with the same inputs and routing (any
                              dispatch, padding, EP, weights, recipe): identical.
-    Returns {check name: (passed, detail)}, one per group with at least two points; names are
+    A point simulating a subset of the EP ranks (dispatch.ranks) only joins points that computed the
+    same experts. Returns {check name: (passed, detail)}, one per group with at least two points; names are
     `invariance.<kind>(<the parameters the group shares>)`. Backends that did not pass in a point are
     left out of that point's comparisons."""
     points = []
