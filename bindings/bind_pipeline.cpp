@@ -61,6 +61,7 @@ py::dict plan_to_dict(const DispatchPlan& plan) {
     rd["row_prob"] = to_numpy(r.row_prob, {n});
     rd["tokens_per_expert"] = to_numpy(r.tokens_per_expert, {static_cast<py::ssize_t>(r.tokens_per_expert.size())});
     rd["fell_back_to_module"] = r.fell_back_to_module;
+    rd["simulated"] = r.simulated;
     ranks.append(rd);
   }
   d["ranks"] = ranks;
@@ -94,7 +95,8 @@ void bind(py::module_& m) {
       .def(py::init<>())
       .def_readwrite("ep", &DispatchConfig::ep)
       .def_readwrite("padding", &DispatchConfig::padding)
-      .def_readwrite("align", &DispatchConfig::align);
+      .def_readwrite("align", &DispatchConfig::align)
+      .def_readwrite("ranks", &DispatchConfig::ranks);
   py::class_<RecipeConfig>(m, "RecipeConfig")
       .def(py::init<>())
       .def_readwrite("name", &RecipeConfig::name)
@@ -116,8 +118,6 @@ void bind(py::module_& m) {
       .def(py::init<>())
       .def_readwrite("name", &Scenario::name)
       .def_readwrite("description", &Scenario::description)
-      .def_readwrite("source_file", &Scenario::source_file)
-      .def_readwrite("yaml_text", &Scenario::yaml_text)
       .def_readwrite("seed", &Scenario::seed)
       .def_readwrite("model", &Scenario::model)
       .def_readwrite("tokens", &Scenario::tokens)
@@ -125,8 +125,6 @@ void bind(py::module_& m) {
       .def_readwrite("dispatch", &Scenario::dispatch)
       .def_readwrite("recipe", &Scenario::recipe)
       .def_readwrite("weights", &Scenario::weights)
-      .def_readwrite("backends", &Scenario::backends)
-      .def_readwrite("baseline", &Scenario::baseline)
       .def_readwrite("output", &Scenario::output)
       .def_readwrite("inputs", &Scenario::inputs)
       .def("validate", [](const Scenario& sc) { validate(sc); });

@@ -135,6 +135,7 @@ LayerResult grouped_mlp(const Policy& pol, const Problem& prob, const DispatchPl
         rows[r].dh = Matrix::Zero(n, F2);
       }
     }
+    if (!rp.simulated) continue;  // dispatch.ranks: its experts compute nothing, their gradients stay zero
     for (int64_t le = 0; le < plan.experts_per_rank; ++le) {
       const int64_t e = r * plan.experts_per_rank + le;
       const int64_t b = rp.segment_offset[le], en = rp.segment_offset[le + 1];

@@ -104,6 +104,12 @@ class DispatchConfig:
     @ep.setter
     def ep(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
+    @property
+    def ranks(self) -> list[int]:
+        ...
+    @ranks.setter
+    def ranks(self, arg0: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> None:
+        ...
 class RecipeConfig:
     bias_mode: str
     grad_format: str
@@ -140,7 +146,6 @@ class OutputConfig:
     def __init__(self) -> None:
         ...
 class Scenario:
-    baseline: str
     description: str
     dispatch: DispatchConfig
     model: ModelConfig
@@ -148,18 +153,10 @@ class Scenario:
     output: OutputConfig
     recipe: RecipeConfig
     routing: RoutingConfig
-    source_file: str
     weights: str
-    yaml_text: str
     def __init__(self) -> None:
         ...
     def validate(self) -> None:
-        ...
-    @property
-    def backends(self) -> list[str]:
-        ...
-    @backends.setter
-    def backends(self, arg0: collections.abc.Sequence[str]) -> None:
         ...
     @property
     def inputs(self) -> dict[str, InputRegime]:

@@ -101,6 +101,7 @@ def write_results(path, attrs: dict, prepared, results: dict, table: pd.DataFram
                 _dataset(g, "row_expert", rank["row_expert"].astype(np.int32))
                 _dataset(g, "tokens_per_expert", rank["tokens_per_expert"].astype(np.int64))
                 g.attrs["fell_back_to_module"] = rank["fell_back_to_module"]
+                g.attrs["simulated"] = rank["simulated"]
             if write_inputs:
                 inputs = f.create_group("inputs")
                 for name, values in prepared.inputs.items():

@@ -9,6 +9,7 @@ import numpy as np
 from . import _core
 from .errors import ScenarioError
 from .provenance import root_attributes
+from .ranks import partial_experts, results_attributes
 from .result import RunResult
 from .results_io import result_path, table_to_records, write_results
 from .scenario import Scenario, load_scenarios, to_core
@@ -116,7 +117,7 @@ def run(scenario, out="results", backends: list[str] | None = None, inject=None)
 
     applied = [(inj, inject_mod.apply(inj, results)) for inj in injections]
 
-    table = error_table(results, names, baseline, prepared.topk_idx)
+    table = error_table(results, names, baseline, prepared.topk_idx, partial_experts(cfg))
     for name in names:
         if name != "golden" and results[name]["disposition"] == "passed":
             c = recipe_error_check(name, cfg["recipe"]["name"], table)
@@ -162,7 +163,8 @@ def run(scenario, out="results", backends: list[str] | None = None, inject=None)
     if cfg["output"]["diffs"] == "full":
         diffs = _full_diffs(results, names, baseline)
     path = result_path(out, sc.name)
-    write_results(path, root_attributes(sc.to_yaml()), prepared, results, table, checks,
+    attrs = {**root_attributes(sc.to_yaml()), **results_attributes(cfg)}
+    write_results(path, attrs, prepared, results, table, checks,
                   write_inputs=cfg["output"]["inputs"], write_stages=cfg["output"]["intermediates"],
                   diffs=diffs, extra_tables={"stages": table_to_records(stages_df)} if reports else None)
     return RunResult(path=path, name=sc.name, errors=table,

@@ -147,6 +147,9 @@ def _check_combinations(cfg: dict, err) -> None:
         raise err("dispatch.ep", f"tokens ({cfg['tokens']}) not divisible by ep ({d['ep']})")
     if m["experts"] % d["ep"]:
         raise err("dispatch.ep", f"experts ({m['experts']}) not divisible by ep ({d['ep']})")
+    outside = [r for r in d["ranks"] or () if not 0 <= r < d["ep"]]
+    if outside:
+        raise err("dispatch.ranks", f"rank {outside[0]} is not in [0, ep) = [0, {d['ep']})")
     if d["align"] is None:
         d["align"] = RECIPE_ALIGN.get(r["name"], 0) if d["padding"] != "none" or r["name"] in RECIPE_ALIGN else 0
         if d["padding"] != "none" and d["align"] == 0:
@@ -331,8 +334,7 @@ def to_core(sc: Scenario):
     from . import _core
     c = sc.config
     core = _core.Scenario()
-    core.name, core.description, core.source_file = c["name"], c["description"], sc.file
-    core.yaml_text = sc.to_yaml()
+    core.name, core.description = c["name"], c["description"]
     core.seed = c["seed"]
     m = core.model
     for key in ("experts", "hidden", "ffn", "topk", "activation", "bias"):
@@ -351,14 +353,13 @@ def to_core(sc: Scenario):
     core.routing = routing
     d = core.dispatch
     d.ep, d.padding, d.align = c["dispatch"]["ep"], c["dispatch"]["padding"], c["dispatch"]["align"]
+    d.ranks = c["dispatch"]["ranks"] or []
     core.dispatch = d
     r = core.recipe
     for key in ("name", "scale_rounding", "grad_format", "bias_mode"):
         setattr(r, key, c["recipe"][key])
     core.recipe = r
     core.weights = c["weights"]
-    core.backends = [b for b in c["backends"] if not b.startswith("torch:")]
-    core.baseline = c["compare"]["baseline"]
     o = core.output
     o.inputs, o.intermediates, o.diffs = c["output"]["inputs"], c["output"]["intermediates"], c["output"]["diffs"]
     core.output = o

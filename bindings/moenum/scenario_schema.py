@@ -54,6 +54,15 @@ def sample_spec(v):
     return None
 
 
+def rank_list(v):
+    if not v or not all(isinstance(c, int) and not isinstance(c, bool) for c in v):
+        return "must be a non-empty list of EP rank numbers"
+    twice = [r for i, r in enumerate(v) if r in v[:i]]
+    if twice:
+        return f"lists rank {twice[0]} twice"
+    return None
+
+
 def str_list(v):
     return None if v and all(isinstance(c, str) for c in v) else "must be a non-empty list of names"
 
@@ -91,6 +100,7 @@ SCHEMA: dict[str, Any] = {
         "ep": Key(int, 1, check=at_least(1)),
         "padding": Key(str, "none", choices=("none", "router", "router_post", "module", "hybridep")),
         "align": Key(int, None, check=at_least(0)),  # default from the recipe
+        "ranks": Key(list, None, check=rank_list),   # simulate only these EP ranks (default: all)
     },
     "recipe": {
         "name": Key(str, "bf16", choices=("fp32", "bf16", "mxfp8")),
@@ -131,5 +141,5 @@ INPUT_REGIME: dict[str, Any] = {
 }
 
 # Default alignment per recipe when padding is asked for (numerics.md §3).
-RECIPE_ALIGN = {"mxfp8": 32, "fp8": 16}
+RECIPE_ALIGN = {"mxfp8": 32}
 MX_BLOCK = 32

@@ -33,8 +33,12 @@ def comparison_pairs(backends: list[str], baseline: str) -> list[tuple[str, str]
     return pairs
 
 
-def error_table(results: dict, backends: list[str], baseline: str, topk_idx: np.ndarray) -> pd.DataFrame:
+def error_table(results: dict, backends: list[str], baseline: str, topk_idx: np.ndarray,
+                experts: list[int] | None = None) -> pd.DataFrame:
+    """experts: the experts that computed (moenum.ranks, dispatch.ranks), None = all. The other experts'
+    gradients and dprobs were not computed, so their rows are left out, also from the whole-tensor rows."""
     rows = []
+    routed = np.ones(topk_idx.shape, dtype=bool) if experts is None else np.isin(topk_idx, experts)
     for backend, other in comparison_pairs(backends, baseline):
         ra, rb = results.get(backend), results.get(other)
         if not ra or not rb or "outputs" not in ra or "outputs" not in rb:
@@ -46,10 +50,19 @@ def error_table(results: dict, backends: list[str], baseline: str, topk_idx: np.
             base = {"backend": backend, "other": other, "tensor": tensor,
                     "bound_violations": -1,  # -1: the per-element GEMM bound was not checked
                     "disposition": ra["disposition"]}
-            labels = np.asarray(topk_idx, dtype=np.int64).ravel() if tensor == "dprobs" else None
-            for expert, stats in _core.error_stats(a, dtype_a, b, dtype_b, labels,
-                                                   leading_expert=tensor in EXPERT_TENSORS):
-                rows.append({**base, "expert": expert, **{c: stats[c] for c in _STAT_COLUMNS}})
+            stat_rows = lambda pairs: rows.extend({**base, "expert": e, **{c: st[c] for c in _STAT_COLUMNS}}
+                                                  for e, st in pairs)
+            whole = lambda x, y: _core.error_stats(x, dtype_a, y, dtype_b)[0][1]
+            if experts is None:  # every expert computed: whole tensor and per-expert rows in one pass
+                labels = np.asarray(topk_idx, dtype=np.int64).ravel() if tensor == "dprobs" else None
+                stat_rows(_core.error_stats(a, dtype_a, b, dtype_b, labels, leading_expert=tensor in EXPERT_TENSORS))
+            elif tensor in EXPERT_TENSORS:
+                stat_rows([(-1, whole(a[experts], b[experts]))] + [(e, whole(a[e], b[e])) for e in experts])
+            elif tensor == "dprobs":
+                stat_rows([(-1, whole(a[routed], b[routed]))] +
+                          [(int(e), whole(a[topk_idx == e], b[topk_idx == e])) for e in np.unique(topk_idx[routed])])
+            else:
+                stat_rows([(-1, whole(a, b))])
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -204,10 +217,16 @@ def weights_layout_check(name: str, result: dict, rerun) -> tuple[bool, str] | N
 
 
 def _point_key(cfg: dict, drop: tuple) -> str:
-    """The scenario config without the keys an invariance may vary (and the bookkeeping keys)."""
+    """The scenario config without the keys an invariance may vary (and the bookkeeping keys). Points
+    simulating a subset of the EP ranks are keyed by the experts they computed, which no invariance
+    varies: partial outputs are compared only with partial outputs of the same experts."""
     import copy
     import json
+
+    from .ranks import partial_experts
     c = copy.deepcopy(cfg)
+    c["dispatch"].pop("ranks", None)
+    c["partial_experts"] = partial_experts(cfg)
     for dotted in drop + ("name", "description", "backends", "compare", "output", "verify"):
         *parents, leaf = dotted.split(".")
         node = c
@@ -240,7 +259,8 @@ def invariance_checks(results) -> dict:
                              expert's rows do not depend on EP): identical outputs.
     golden                   golden's outputs across every point with the same inputs and routing (any
                              dispatch, padding, EP, weights, recipe): identical.
-    Returns {check name: (passed, detail)}, one per group with at least two points; names are
+    A point simulating a subset of the EP ranks (dispatch.ranks) only joins points that computed the
+    same experts. Returns {check name: (passed, detail)}, one per group with at least two points; names are
     `invariance.<kind>(<the parameters the group shares>)`. Backends that did not pass in a point are
     left out of that point's comparisons."""
     points = []

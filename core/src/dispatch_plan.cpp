@@ -196,16 +196,26 @@ DispatchPlan plan_dispatch(const Scenario& sc, const Routing& routing) {
   plan.padding = sc.dispatch.padding;
   plan.align = sc.dispatch.align;
   plan.ranks.resize(P);
+  const std::vector<bool> simulated = simulated_ranks(sc);
   const auto routed = routed_by_expert(routing);
   for (int64_t rank = 0; rank < P; ++rank) {
+    // Planned even when left out: a configuration error anywhere is the full run's error.
     std::vector<Segment> segs;
+    std::vector<std::string> warnings;
     switch (padding) {
       case Padding::router: segs = router_segments(sc, L, rank, routed); break;
-      case Padding::router_post: segs = router_post_segments(L, rank, routed, plan.ranks[rank], plan.warnings); break;
+      case Padding::router_post: segs = router_post_segments(L, rank, routed, plan.ranks[rank], warnings); break;
       // hybridep (TP=1) emits real rows in global token order then zero rows: the same rows as module.
       case Padding::none:
       case Padding::module:
       case Padding::hybridep: segs = zero_padded_segments(L, rank, routed); break;
+    }
+    if (simulated[rank]) {
+      plan.warnings.insert(plan.warnings.end(), warnings.begin(), warnings.end());
+    } else {  // no rows, and no warnings about rows that never run
+      plan.ranks[rank] = RankPlan{};
+      plan.ranks[rank].simulated = false;
+      segs.assign(L.E_rank, Segment{});
     }
     write_rank(L, rank, segs, plan.ranks[rank]);
   }

@@ -2,6 +2,8 @@
 // file first (with file and line); this guards scenarios built directly through the API.
 #include "moenum/scenario.h"
 
+#include <algorithm>
+
 #include "moenum/error.h"
 
 namespace moenum {
@@ -26,6 +28,19 @@ void validate(const Scenario& sc) {
   require(sc.dispatch.align >= 0, sc, "dispatch.align", "must be >= 0");
   require(sc.dispatch.padding == "none" || sc.dispatch.align > 0, sc, "dispatch.align",
           "padding '" + sc.dispatch.padding + "' needs align > 0");
+  simulated_ranks(sc);
+}
+
+std::vector<bool> simulated_ranks(const Scenario& sc) {
+  const auto& d = sc.dispatch;
+  std::vector<bool> simulated(std::max<int64_t>(d.ep, 0), d.ranks.empty());
+  for (const int64_t r : d.ranks) {
+    require(r >= 0 && r < d.ep, sc, "dispatch.ranks",
+            "rank " + std::to_string(r) + " is not in [0, ep) = [0, " + std::to_string(d.ep) + ")");
+    require(!simulated[r], sc, "dispatch.ranks", "lists rank " + std::to_string(r) + " twice");
+    simulated[r] = true;
+  }
+  return simulated;
 }
 
 }  // namespace moenum

@@ -385,5 +385,56 @@ TEST(DispatchPlan, RealRowsInvariantUnderRouterPostFallback) {
   check_plan(plan, routing, "router_post align 32");
 }
 
+// dispatch.ranks: the simulated ranks' plans are the full run's, field by field; the others keep no rows.
+TEST(DispatchPlan, RanksSubsetKeepsOnlyTheSimulatedRanksRows) {
+  const Routing routing = route(generated(1, "none", 0));
+  for (const auto& [padding, align] : std::vector<std::pair<std::string, int64_t>>{
+           {"none", 0}, {"router", 4}, {"router_post", 4}, {"router_post", 32}, {"module", 4}, {"hybridep", 4}}) {
+    Scenario sc = generated(4, padding, align);
+    const DispatchPlan full = plan_dispatch(sc, routing);
+    sc.dispatch.ranks = {3, 1};
+    const DispatchPlan part = plan_dispatch(sc, routing);
+    const std::string what = padding + " align " + std::to_string(align);
+    SCOPED_TRACE(what);
+    check_plan(part, routing, what);
+    ASSERT_EQ(part.ranks.size(), 4u);
+    for (int r = 0; r < 4; ++r) {
+      const RankPlan &p = part.ranks[r], &f = full.ranks[r];
+      EXPECT_TRUE(f.simulated);
+      if (r == 1 || r == 3) {
+        EXPECT_TRUE(p.simulated);
+        EXPECT_EQ(p.row_token, f.row_token);
+        EXPECT_EQ(p.row_expert, f.row_expert);
+        EXPECT_EQ(p.row_slot, f.row_slot);
+        EXPECT_EQ(p.row_prob, f.row_prob);
+        EXPECT_EQ(p.tokens_per_expert, f.tokens_per_expert);
+        EXPECT_EQ(p.segment_offset, f.segment_offset);
+        EXPECT_EQ(p.fell_back_to_module, f.fell_back_to_module);
+      } else {
+        EXPECT_FALSE(p.simulated);
+        EXPECT_TRUE(p.row_token.empty() && p.row_expert.empty() && p.row_slot.empty() && p.row_prob.empty());
+        EXPECT_EQ(p.tokens_per_expert, std::vector<int64_t>(2, 0));
+        EXPECT_EQ(p.segment_offset, std::vector<int64_t>(3, 0));
+        EXPECT_FALSE(p.fell_back_to_module);
+      }
+    }
+    // only the simulated ranks' warnings, as the full run words them
+    std::vector<std::string> kept;
+    for (const std::string& w : full.warnings)
+      if (w.rfind("rank 1:", 0) == 0 || w.rfind("rank 3:", 0) == 0) kept.push_back(w);
+    EXPECT_EQ(part.warnings, kept);
+  }
+}
+
+TEST(DispatchPlan, BadRanksAreConfigErrors) {
+  const Routing routing = route(generated(1, "none", 0));
+  for (const std::vector<int64_t>& bad : {std::vector<int64_t>{4}, {-1}, {2, 2}}) {
+    Scenario sc = generated(4, "none", 0);
+    sc.dispatch.ranks = bad;
+    EXPECT_THROW(plan_dispatch(sc, routing), ConfigError);
+    EXPECT_THROW(validate(sc), ConfigError);
+  }
+}
+
 }  // namespace
 }  // namespace moenum

@@ -18,6 +18,7 @@ struct RankPlan {
   std::vector<int64_t> tokens_per_expert; // E/P, padded counts
   std::vector<int64_t> segment_offset;    // E/P + 1, row offsets of the local experts' segments
   bool fell_back_to_module = false;       // router_post could not pad this rank
+  bool simulated = true;                  // false: left out by dispatch.ranks, no rows
 };
 
 struct DispatchPlan {
@@ -29,6 +30,8 @@ struct DispatchPlan {
   std::vector<std::string> warnings;
 };
 
+// Every rank is planned as in the full run; with dispatch.ranks, the ranks left out then keep no rows
+// (their segments empty, tokens_per_expert zero), so the simulated ranks' rows are the full run's.
 DispatchPlan plan_dispatch(const Scenario& sc, const Routing& routing);
 
 }  // namespace moenum

@@ -37,6 +37,7 @@ struct DispatchConfig {
   int64_t ep = 1;
   std::string padding = "none";      // none | router | router_post | module | hybridep
   int64_t align = 0;                 // 0 = no padding; defaults from the recipe are filled in Python
+  std::vector<int64_t> ranks;        // EP ranks to simulate (empty = all): the others compute nothing
 };
 
 struct RecipeConfig {
@@ -63,8 +64,6 @@ struct OutputConfig {
 struct Scenario {
   std::string name;
   std::string description;
-  std::string source_file;           // for error messages
-  std::string yaml_text;             // the full expanded scenario, stored in the results file
   uint64_t seed = 0;
   ModelConfig model;
   int64_t tokens = 64;
@@ -72,13 +71,15 @@ struct Scenario {
   DispatchConfig dispatch;
   RecipeConfig recipe;
   std::string weights = "single";    // single | discrete
-  std::vector<std::string> backends{"golden", "reference"};
-  std::string baseline = "reference";
   OutputConfig output;
   std::map<std::string, InputRegime> inputs;  // keyed by x, w1, b1, w2, b2, dy
 };
 
 // Throws ConfigError naming the scenario and key for combinations the computation cannot honour.
 void validate(const Scenario& sc);
+
+// Per EP rank, whether it is simulated (dispatch.ranks). Throws ConfigError for a rank outside
+// [0, ep) or listed twice.
+std::vector<bool> simulated_ranks(const Scenario& sc);
 
 }  // namespace moenum
