@@ -22,11 +22,11 @@ namespace so = reference::stage_ops;
 using Array = py::array_t<double, py::array::c_style | py::array::forcecast>;
 
 Matrix to_matrix(const Array& a, const char* what) {
-  if (a.ndim() != 2) throw ConfigError(std::string(what) + " must be a 2-D array");
+  if (a.ndim() != 2) throw ConfigError(what, "must be a 2-D array");
   return Eigen::Map<const Matrix>(a.data(), a.shape(0), a.shape(1));
 }
 Vector to_vector(const Array& a, const char* what) {
-  if (a.ndim() != 1) throw ConfigError(std::string(what) + " must be a 1-D array");
+  if (a.ndim() != 1) throw ConfigError(what, "must be a 1-D array");
   return Eigen::Map<const Vector>(a.data(), a.shape(0));
 }
 py::array_t<double> to_numpy(const Matrix& m) {
@@ -44,7 +44,7 @@ py::tuple rounded(const so::Rounded& r) { return py::make_tuple(to_numpy(r.out),
 void bind(py::module_& m) {
   m.def("exact_gemm_nt", [](const Array& A, const Array& B, std::optional<Array> bias) {
     const Matrix a = to_matrix(A, "A"), b = to_matrix(B, "B");
-    if (a.cols() != b.cols()) throw ConfigError("exact_gemm_nt: A and B need the same K (columns)");
+    if (a.cols() != b.cols()) throw ConfigError("B", "exact_gemm_nt: A and B need the same K (columns)");
     std::optional<Vector> bv;
     if (bias) bv = to_vector(*bias, "bias");
     so::GemmRef g;
@@ -93,7 +93,7 @@ void bind(py::module_& m) {
 
   m.def("stage_combine", [](const Array& rows, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& index,
                             const std::string& dtype) {
-    if (index.ndim() != 2) throw ConfigError("index must be a 2-D array [T, k]");
+    if (index.ndim() != 2) throw ConfigError("index", "must be a 2-D array [T, k]");
     const so::IndexMatrix idx = Eigen::Map<const so::IndexMatrix>(index.data(), index.shape(0), index.shape(1));
     return rounded(so::combine(to_matrix(rows, "rows"), idx, so::parse_round(dtype)));
   }, py::arg("rows"), py::arg("index"), py::arg("dtype"),

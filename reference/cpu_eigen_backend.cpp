@@ -57,7 +57,7 @@ class CpuEigenBackend final : public Backend {
   }
   BackendResult run(const RunContext& ctx) override {
     const Availability av = available(ctx.scenario);
-    if (!av.ok) throw ConfigError("scenario '" + ctx.scenario.name + "': " + av.reason);
+    if (!av.ok) throw ConfigError("", av.reason, ctx.scenario.name);
     const auto t0 = std::chrono::steady_clock::now();
     LayerResult r = eigen_recipe_registry().at(ctx.scenario.recipe.name)(ctx.scenario, ctx.problem, ctx.plan,
                                                                          layer_options(ctx.scenario));

@@ -29,7 +29,7 @@ class ReferenceBackend final : public Backend {
   }
   BackendResult run(const RunContext& ctx) override {
     const Availability av = available(ctx.scenario);
-    if (!av.ok) throw ConfigError("scenario '" + ctx.scenario.name + "': " + av.reason);
+    if (!av.ok) throw ConfigError("", av.reason, ctx.scenario.name);
     const auto t0 = std::chrono::steady_clock::now();
     LayerResult r = recipe_registry().at(ctx.scenario.recipe.name)(ctx.scenario, ctx.problem, ctx.plan,
                                                                    layer_options(ctx.scenario));

@@ -10,7 +10,9 @@ import numpy.typing
 import typing
 __all__: list[str] = ['ConfigError', 'DispatchConfig', 'InputRegime', 'InternalError', 'ModelConfig', 'OutputConfig', 'Prepared', 'RecipeConfig', 'RoutingConfig', 'Scenario', 'SkewConfig', 'backend_availability', 'backend_names', 'built_with_cuda', 'e8m0_from_amax', 'e8m0_from_f32_rceil', 'e8m0_inv_scale', 'e8m0_to_f32', 'exact_gemm_nt', 'fp8_decode', 'fp8_encode', 'gamma', 'mx_dequantize', 'mx_quantize', 'prepare', 'round_to', 'rowwise_dot_rn', 'run_backend', 'stage_act_backward', 'stage_act_forward', 'stage_combine', 'stage_fc1_post', 'stage_fc2_bias']
 class ConfigError(ValueError):
-    pass
+    key: typing.ClassVar[str] = ''
+    message: typing.ClassVar[str] = ''
+    scenario: typing.ClassVar[str] = ''
 class InternalError(RuntimeError):
     pass
 class ModelConfig:

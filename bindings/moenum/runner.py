@@ -34,7 +34,12 @@ def _check_alignment(sc: Scenario, prepared) -> None:
                            f"(use router, module or hybridep padding)")
 
 
-def _run_backend(name: str, core_sc, prepared, sc: Scenario | None = None, keep_stages: bool | None = None) -> dict:
+def _config_error(sc: Scenario, e) -> ScenarioError:
+    """A C++ ConfigError as the loader's errors read: file:line: key: message (exit code 2)."""
+    return sc.error(e.key, e.message) if e.key else ScenarioError(e.message, sc.file)
+
+
+def _run_backend(name: str, core_sc, prepared, sc: Scenario, keep_stages: bool | None = None) -> dict:
     if name.startswith("torch:"):
         return {"disposition": "not_supported", "reason": "torch callables are not wired yet"}
     if name not in _core.backend_names():  # a GPU backend in a build without CUDA
@@ -45,9 +50,7 @@ def _run_backend(name: str, core_sc, prepared, sc: Scenario | None = None, keep_
     try:
         out = _core.run_backend(name, prepared, keep_stages)
     except _core.ConfigError as e:  # bad input found by a backend: exit 2, like the loader's errors
-        if sc is None:
-            raise ScenarioError(str(e)) from None
-        raise sc.error(_guess_key(str(e)), str(e)) from None
+        raise _config_error(sc, e) from None
     except (_core.InternalError, RuntimeError, MemoryError) as e:
         return {"disposition": "failed", "reason": f"{type(e).__name__}: {e}"}
     out["disposition"] = "passed"  # provisional: verification may fail it
@@ -98,7 +101,7 @@ def run(scenario, out="results", backends: list[str] | None = None, inject=None)
     try:
         prepared = _core.prepare(core_sc)
     except _core.ConfigError as e:
-        raise sc.error(_guess_key(str(e)), str(e)) from None
+        raise _config_error(sc, e) from None
     _check_alignment(sc, prepared)
 
     results, checks = {}, {}
@@ -177,7 +180,7 @@ def _rerun_other_layout(sc: Scenario, name: str) -> dict:
     core_sc = to_core(sc)
     core_sc.weights = "discrete" if sc.config["weights"] == "single" else "single"
     core_sc.output.intermediates = False
-    return _run_backend(name, core_sc, _core.prepare(core_sc))
+    return _run_backend(name, core_sc, _core.prepare(core_sc), sc)
 
 
 def _full_diffs(results, names, baseline):
@@ -188,9 +191,3 @@ def _full_diffs(results, names, baseline):
         if ra and rb:
             diffs[f"{a}__vs__{b}"] = {t: v - rb[t][0] for t, (v, _) in ra.items() if t in rb}
     return diffs
-
-
-def _guess_key(message: str) -> str | None:
-    """C++ ConfigErrors read "scenario 'x': key: what"; pull the key out for the line lookup."""
-    parts = message.split(": ")
-    return parts[1] if len(parts) >= 3 else None

@@ -26,7 +26,7 @@ MxRecipe mx_recipe(const Scenario& sc, const DispatchPlan& plan) {
   if (sc.recipe.name != "mxfp8") return mx;
   mx.on = true;
   auto err = [&](const std::string& key, const std::string& what) {
-    throw ConfigError("scenario '" + sc.name + "': " + key + ": " + what);
+    throw ConfigError(key, what, sc.name);
   };
   const auto& r = sc.recipe;
   if (r.grad_format == "e4m3") mx.grad = Fp8Format::E4M3;

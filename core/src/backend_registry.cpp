@@ -19,7 +19,7 @@ std::unique_ptr<Backend> make_backend(const std::string& name) {
   if (it == backend_registry().end()) {
     std::string known;
     for (const auto& n : backend_names()) known += (known.empty() ? "" : ", ") + n;
-    throw ConfigError("unknown backend '" + name + "' (known: " + known + ")");
+    throw ConfigError("backends", "unknown backend '" + name + "' (known: " + known + ")");
   }
   return it->second();
 }
