@@ -165,11 +165,11 @@ void bind(py::module_& m) {
     return p;
   }, py::arg("scenario"), "Generate the inputs, route and plan the dispatch of one scenario");
 
-  m.def("backend_names", &backend_names);
   m.def("backend_availability", [](const std::string& name, const Scenario& sc) {
-    auto a = make_backend(name)->available(sc);
-    return py::make_tuple(a.ok, a.disposition, a.reason);
-  });
+    const Availability a = backend_availability(name, sc);
+    return py::make_tuple(a.ok, a.ok ? "" : std::string(to_string(a.disposition)), a.reason);
+  }, py::arg("name"), py::arg("scenario"),
+  "(ok, disposition, reason): whether the backend can run the scenario here; not_run when it is not built in");
   m.def("run_backend", [](const std::string& name, const Prepared& p, std::optional<bool> keep_stages) {
     auto backend = make_backend(name);
     // Stage tensors cost memory and time: only the backends whose stages are checked or written keep them.

@@ -9,6 +9,7 @@
 
 #include "eigen_gemm_policy.h"
 #include "moenum/backend.h"
+#include "moenum/stage_names.h"
 #include "mxfp8_policy.h"
 #include "recipes.h"
 
@@ -47,17 +48,13 @@ EigenRecipeRegistrar mxfp8_recipe("mxfp8", [](const Scenario& sc, const Problem&
 });
 
 class CpuEigenBackend final : public Backend {
- public:
-  Availability available(const Scenario& sc) const override {
+ protected:
+  Availability can_run(const Scenario& sc) const override {
     if (sc.model.activation != "swiglu")
-      return {false, "not_supported", "cpu.eigen: activation '" + sc.model.activation + "' (only swiglu)"};
-    if (!eigen_recipe_registry().count(sc.recipe.name))
-      return {false, "not_supported", "cpu.eigen: recipe '" + sc.recipe.name + "' is not implemented yet"};
+      return Availability::not_supported("cpu.eigen: activation '" + sc.model.activation + "' (only swiglu)");
     return {};
   }
-  BackendResult run(const RunContext& ctx) override {
-    const Availability av = available(ctx.scenario);
-    if (!av.ok) throw ConfigError("", av.reason, ctx.scenario.name);
+  BackendResult compute(const RunContext& ctx) override {
     const auto t0 = std::chrono::steady_clock::now();
     LayerResult r = eigen_recipe_registry().at(ctx.scenario.recipe.name)(ctx.scenario, ctx.problem, ctx.plan,
                                                                          layer_options(ctx.scenario));
@@ -71,7 +68,15 @@ class CpuEigenBackend final : public Backend {
   }
 };
 
-MOENUM_REGISTER_BACKEND("cpu.eigen", CpuEigenBackend);
+// The recipes of eigen_recipe_registry() above; the same stages as the reference.
+const BackendTraits kTraits{.name = "cpu.eigen",
+                            .role = BackendRole::under_test,
+                            .device = DeviceKind::cpu,
+                            .stages = all_stages(),
+                            .layout_sensitive = false,
+                            .recipes = {"fp32", "bf16", "mxfp8"},
+                            .bias_modes = {"separate", "epilogue"}};
+MOENUM_REGISTER_BACKEND(kTraits, CpuEigenBackend);
 
 }  // namespace
 }  // namespace moenum::reference

@@ -3,19 +3,20 @@
 #include <chrono>
 
 #include "moenum/backend.h"
+#include "moenum/stage_names.h"
 #include "recipes.h"
 
 namespace moenum::reference {
 namespace {
 
 class GoldenBackend final : public Backend {
- public:
-  Availability available(const Scenario& sc) const override {
+ protected:
+  Availability can_run(const Scenario& sc) const override {
     if (sc.model.activation != "swiglu")
-      return {false, "not_supported", "golden: activation '" + sc.model.activation + "' (only swiglu)"};
+      return Availability::not_supported("golden: activation '" + sc.model.activation + "' (only swiglu)");
     return {};
   }
-  BackendResult run(const RunContext& ctx) override {
+  BackendResult compute(const RunContext& ctx) override {
     const auto t0 = std::chrono::steady_clock::now();
     LayerResult r = grouped_mlp(GoldenPolicy{}, ctx.problem, ctx.plan, layer_options(ctx.scenario));
     BackendResult out = to_backend_result(std::move(r), GoldenPolicy::gemm_attr);
@@ -24,7 +25,15 @@ class GoldenBackend final : public Backend {
   }
 };
 
-MOENUM_REGISTER_BACKEND("golden", GoldenBackend);
+// Every recipe's ideal: golden ignores the recipe's quantization, so it runs for all of them.
+const BackendTraits kTraits{.name = "golden",
+                            .role = BackendRole::oracle,
+                            .device = DeviceKind::cpu,
+                            .stages = layer_stages(),
+                            .layout_sensitive = false,
+                            .recipes = {"fp32", "bf16", "mxfp8"},
+                            .bias_modes = {"separate", "epilogue"}};
+MOENUM_REGISTER_BACKEND(kTraits, GoldenBackend);
 
 }  // namespace
 }  // namespace moenum::reference

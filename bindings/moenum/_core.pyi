@@ -8,13 +8,48 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['ConfigError', 'DispatchConfig', 'InputRegime', 'InternalError', 'ModelConfig', 'OutputConfig', 'Prepared', 'RecipeConfig', 'RoutingConfig', 'Scenario', 'SkewConfig', 'backend_availability', 'backend_names', 'built_with_cuda', 'e8m0_from_amax', 'e8m0_from_f32_rceil', 'e8m0_inv_scale', 'e8m0_to_f32', 'exact_gemm_nt', 'fp8_decode', 'fp8_encode', 'gamma', 'mx_dequantize', 'mx_quantize', 'prepare', 'round_to', 'rowwise_dot_rn', 'run_backend', 'stage_act_backward', 'stage_act_forward', 'stage_combine', 'stage_fc1_post', 'stage_fc2_bias']
+__all__: list[str] = ['BackendTraits', 'ConfigError', 'DISPOSITIONS', 'DispatchConfig', 'InputRegime', 'InternalError', 'ModelConfig', 'OutputConfig', 'Prepared', 'RecipeConfig', 'RoutingConfig', 'Scenario', 'SkewConfig', 'backend_availability', 'backend_names', 'backend_traits', 'backends', 'built_with_cuda', 'e8m0_from_amax', 'e8m0_from_f32_rceil', 'e8m0_inv_scale', 'e8m0_to_f32', 'exact_gemm_nt', 'fp8_decode', 'fp8_encode', 'gamma', 'mx_dequantize', 'mx_quantize', 'prepare', 'round_to', 'rowwise_dot_rn', 'run_backend', 'stage_act_backward', 'stage_act_forward', 'stage_combine', 'stage_fc1_post', 'stage_fc2_bias']
 class ConfigError(ValueError):
     key: typing.ClassVar[str] = ''
     message: typing.ClassVar[str] = ''
     scenario: typing.ClassVar[str] = ''
 class InternalError(RuntimeError):
     pass
+class BackendTraits:
+    """
+    What the registry knows about a backend without running it
+    """
+    def __repr__(self) -> str:
+        ...
+    @property
+    def bias_modes(self) -> list[str]:
+        ...
+    @property
+    def device(self) -> str:
+        """
+        cpu or gpu
+        """
+    @property
+    def layout_sensitive(self) -> bool:
+        """
+        whether single vs discrete weights can change its result
+        """
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def recipes(self) -> list[str]:
+        ...
+    @property
+    def role(self) -> str:
+        """
+        oracle (golden, reference: the yardsticks) or under_test
+        """
+    @property
+    def stages(self) -> list[str]:
+        """
+        the stage tensors it can save
+        """
 class ModelConfig:
     activation: str
     bias: bool
@@ -200,10 +235,22 @@ class Prepared:
     @property
     def topk_idx(self) -> numpy.typing.NDArray[numpy.int32]:
         ...
-def backend_availability(arg0: str, arg1: Scenario) -> tuple[bool, str, str]:
-    ...
+def backend_availability(name: str, scenario: Scenario) -> tuple:
+    """
+    (ok, disposition, reason): whether the backend can run the scenario here; not_run when it is not built in
+    """
 def backend_names() -> list[str]:
-    ...
+    """
+    Every known backend, built into this module or not, sorted
+    """
+def backend_traits(name: str) -> BackendTraits:
+    """
+    The traits of one backend; ConfigError (key 'backends') if unknown
+    """
+def backends() -> list[BackendTraits]:
+    """
+    The traits of every known backend, sorted by name
+    """
 def e8m0_from_amax(amax: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], fmt: str, scale_rounding: str = 'rceil') -> numpy.typing.NDArray[numpy.uint8]:
     """
     block amax -> E8M0 scale code
@@ -283,5 +330,6 @@ def stage_fc2_bias(o: typing.Annotated[numpy.typing.ArrayLike, numpy.float64], b
     """
     (out, pre): out = round(o + b2*p)
     """
+DISPOSITIONS: tuple = ('passed', 'failed', 'error', 'not_verified', 'not_run', 'not_supported')
 __version__: str = '0.1.0'
 built_with_cuda: bool = True

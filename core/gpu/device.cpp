@@ -11,7 +11,7 @@ Availability cuda_availability() {
     (void)cudaGetLastError();
     std::string why = "no CUDA device";
     if (e != cudaSuccess) why += std::string(" (") + cudaGetErrorString(e) + ")";
-    return {false, "not_run", why};
+    return Availability::not_run(why);
   }
   return {};
 }

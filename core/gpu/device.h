@@ -2,7 +2,7 @@
 #pragma once
 #include <string>
 
-#include "moenum/backend.h"
+#include "moenum/availability.h"
 
 namespace moenum::gpu {
 
