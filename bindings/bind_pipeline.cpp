@@ -3,7 +3,6 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
-#include <chrono>
 #include <optional>
 
 #include "binding_registry.h"
@@ -178,9 +177,7 @@ void bind(py::module_& m) {
     BackendResult r;
     {
       py::gil_scoped_release release;
-      auto t0 = std::chrono::steady_clock::now();
       r = backend->run(RunContext{sc, p.problem, p.routing, p.plan});
-      r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
     py::dict d;
     d["outputs"] = tensors_to_dict(r.outputs);

@@ -3,7 +3,6 @@
 // rounding points (grouped_mlp.h on EigenGemmPolicy<recipe policy>, see eigen_gemm_policy.h). It
 // saves the same stage tensors as the reference when output.intermediates is set (the runner sets it
 // for the teacher-forced stage checks). Recipes are registered by name below, as for `reference`.
-#include <chrono>
 #include <functional>
 #include <map>
 
@@ -55,7 +54,6 @@ class CpuEigenBackend final : public Backend {
     return {};
   }
   BackendResult compute(const RunContext& ctx) override {
-    const auto t0 = std::chrono::steady_clock::now();
     LayerResult r = eigen_recipe_registry().at(ctx.scenario.recipe.name)(ctx.scenario, ctx.problem, ctx.plan,
                                                                          layer_options(ctx.scenario));
     BackendResult out = to_backend_result(std::move(r), EigenGemmPolicy<Bf16Policy>::gemm_attr);
@@ -63,7 +61,6 @@ class CpuEigenBackend final : public Backend {
       it = it->first.rfind("exact_path", 0) == 0 ? out.attrs.erase(it) : std::next(it);
     out.attrs["recipe"] = ctx.scenario.recipe.name;
     out.attrs["bias_mode"] = ctx.scenario.recipe.bias_mode;
-    out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return out;
   }
 };

@@ -1,8 +1,6 @@
 // Backend `reference`: the recipe emulated bit for bit on the CPU (numerics.md §6): operands as the
 // recipe stores or quantizes them, every GEMM output the correctly rounded fp32 value of the exact
 // sum, elementwise stages in fp32 with the shared activation code.
-#include <chrono>
-
 #include "moenum/backend.h"
 #include "moenum/stage_names.h"
 #include "recipes.h"
@@ -27,13 +25,11 @@ class ReferenceBackend final : public Backend {
     return {};
   }
   BackendResult compute(const RunContext& ctx) override {
-    const auto t0 = std::chrono::steady_clock::now();
     LayerResult r = recipe_registry().at(ctx.scenario.recipe.name)(ctx.scenario, ctx.problem, ctx.plan,
                                                                    layer_options(ctx.scenario));
     BackendResult out = to_backend_result(std::move(r), Bf16Policy::gemm_attr);
     out.attrs["recipe"] = ctx.scenario.recipe.name;
     out.attrs["bias_mode"] = ctx.scenario.recipe.bias_mode;
-    out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return out;
   }
 };

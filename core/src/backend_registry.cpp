@@ -1,3 +1,4 @@
+#include <chrono>
 #include <optional>
 
 #include "moenum/backend.h"
@@ -44,7 +45,10 @@ Availability Backend::available(const Scenario& sc) const {
 BackendResult Backend::run(const RunContext& ctx) {
   const Availability a = available(ctx.scenario);
   MOENUM_CHECK(a.ok, traits().name + " cannot run scenario '" + ctx.scenario.name + "': " + a.reason);
-  return compute(ctx);
+  const auto t0 = std::chrono::steady_clock::now();
+  BackendResult r = compute(ctx);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
 }
 
 std::vector<std::string> backend_names() {

@@ -29,7 +29,7 @@ struct BackendResult {
   std::map<std::string, Tensor> outputs;     // y, dx, dw1, dw2, db1, db2, dprobs
   std::map<std::string, Tensor> stages;      // intermediates, when asked
   std::map<std::string, std::string> attrs;  // e.g. which GEMM path ran
-  double seconds = 0.0;
+  double seconds = 0.0;                      // wall time of the backend's own computation
 };
 
 class Backend {
@@ -39,7 +39,7 @@ class Backend {
   // Its traits first (recipe, bias mode), then its own conditions (a device, the activation, shapes).
   Availability available(const Scenario& sc) const;
   // The layer forward and backward. Throws InternalError when it is not available for the scenario,
-  // ConfigError for bad input found while running.
+  // ConfigError for bad input found while running. Sets BackendResult::seconds.
   BackendResult run(const RunContext& ctx);
 
  protected:
