@@ -5,14 +5,14 @@ from pathlib import Path
 
 import numpy as np
 
-from . import _core
+from . import _core, traits
 from .errors import ScenarioError
 from .provenance import root_attributes
 from .result import RunResult
 from .results_io import result_path, table_to_records, write_results
 from .scenario import Scenario, load_scenarios, to_core
-from .verify import (NO_STAGE_CHECKS, error_table, expected_shapes, fill_bound_violations, output_checks,
-                     recipe_error_check, stage_checks, stage_table, weights_layout_check)
+from .verify import (error_table, expected_shapes, fill_bound_violations, output_checks, recipe_error_check,
+                     stage_checks, stage_table, weights_layout_check)
 
 FINAL_DISPOSITIONS = ("passed", "failed", "not_run", "not_supported")
 
@@ -39,10 +39,8 @@ def _config_error(sc: Scenario, e) -> ScenarioError:
 
 
 def _run_backend(name: str, core_sc, prepared, sc: Scenario, keep_stages: bool | None = None) -> dict:
-    if name.startswith("torch:"):
+    if traits.is_external(name):
         return {"disposition": "not_supported", "reason": "torch callables are not wired yet"}
-    if name not in _core.backend_names():  # a GPU backend in a build without CUDA
-        return {"disposition": "not_run", "reason": "this moenum was built without CUDA (MOENUM_CUDA=OFF or no nvcc)"}
     ok, disposition, reason = _core.backend_availability(name, core_sc)
     if not ok:
         return {"disposition": disposition, "reason": reason}
@@ -75,9 +73,7 @@ def run(scenario, out="results", backends: list[str] | None = None, inject=None)
     sc: Scenario = scenario
     cfg = sc.config
     names = list(backends or cfg["backends"])
-    from .scenario import GPU_BACKENDS
-    unknown = [b for b in names
-               if b not in _core.backend_names() and b not in GPU_BACKENDS and not b.startswith("torch:")]
+    unknown = [b for b in names if not traits.known(b)]
     if unknown:
         raise ScenarioError(f"unknown backend(s) {', '.join(unknown)} (known: "
                             f"{', '.join(_core.backend_names())})", key="--backends")
@@ -93,7 +89,7 @@ def run(scenario, out="results", backends: list[str] | None = None, inject=None)
     injected_backends = {inj.backend for inj in injections}
 
     def keep_stages(name: str) -> bool:
-        checked = name not in NO_STAGE_CHECKS or name in injected_backends
+        checked = traits.under_test(name) or name in injected_backends
         return cfg["output"]["intermediates"] or (check_stages and checked)
 
     core_sc = to_core(sc)

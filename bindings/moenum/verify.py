@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from . import traits
 from .metrics import COLUMNS, coarser, compare
 
 # Tensors whose leading dimension is the expert: they also get one row per expert.
@@ -93,15 +94,11 @@ def expected_shapes(cfg: dict) -> dict:
 
 # ---- teacher-forced stage checks (numerics.md §7), bound violations, the stage table ----------------
 
-# Backends whose stages are not checked by default: golden is fp64 without the recipe's rounding
-# points; reference is the oracle the checks recompute (checking it is a self-test of the harness,
-# tests/python/test_verify_stages.py; an injection into it turns its check on).
-NO_STAGE_CHECKS = ("golden", "reference")
-
-
 def stage_checks(cfg: dict, prepared, results: dict, backends: list[str], include=()) -> tuple[dict, dict]:
-    """Run the stage registry over every backend under test that ran (not golden, not reference unless
-    named in `include`).
+    """Run the stage registry over every backend under test that ran. The oracles are not checked: golden
+    is fp64 without the recipe's rounding points; reference is the oracle the checks recompute
+    (checking it is a self-test of the harness, tests/python/test_verify_stages.py; naming it in
+    `include`, as an injection into it does, turns its check on).
 
     Returns (checks, reports): checks `stage.<backend>` -> (passed, detail) and reports backend -> list
     of stages.StageResult (class counts, first failing element)."""
@@ -110,7 +107,7 @@ def stage_checks(cfg: dict, prepared, results: dict, backends: list[str], includ
     checks, reports = {}, {}
     for name in backends:
         r = results.get(name)
-        if name == "golden" or (name in NO_STAGE_CHECKS and name not in include):
+        if name == "golden" or not (traits.under_test(name) or name in include):
             continue
         if not r or "outputs" not in r or r["disposition"] != "passed":
             continue
@@ -161,9 +158,6 @@ def records_to_table(records: np.ndarray) -> pd.DataFrame:
 # ---- invariance checks --------------------------------------------------------------------------
 
 OUTPUTS = ("y", "dx", "dw1", "dw2", "db1", "db2", "dprobs")
-# Backends whose result could depend on the weights layout (one grouped tensor vs one per expert):
-# the runner reruns them with the other layout. The CPU backends never look at it.
-LAYOUT_SENSITIVE_PREFIXES = ("gpu.",)
 
 
 def _identical(a: np.ndarray, b: np.ndarray) -> tuple[bool, str]:
@@ -193,8 +187,8 @@ def compare_outputs(out_a: dict, out_b: dict) -> tuple[bool, str]:
 
 def weights_layout_check(name: str, result: dict, rerun) -> tuple[bool, str] | None:
     """Single vs discrete weights for one backend of one point: `rerun()` runs it with the other layout.
-    None when the backend does not look at the layout (the CPU backends: trivially invariant)."""
-    if not name.startswith(LAYOUT_SENSITIVE_PREFIXES) or "outputs" not in result:
+    None when the backend does not look at the layout (its traits say so: trivially invariant)."""
+    if not traits.layout_sensitive(name) or "outputs" not in result:
         return None
     other = rerun()
     if "outputs" not in other:
