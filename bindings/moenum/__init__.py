@@ -7,6 +7,7 @@
 """
 from . import _core
 from .campaign import Campaign, run_campaign
+from .disposition import Disposition
 from .errors import MoenumError, ScenarioError
 from .result import RunResult, open_results
 from .runner import run
@@ -19,5 +20,5 @@ try:  # the MX formats module arrives with its own issue
 except ImportError:  # pragma: no cover
     pass
 
-__all__ = ["Campaign", "MoenumError", "RunResult", "Scenario", "ScenarioError", "from_dict",
+__all__ = ["Campaign", "Disposition", "MoenumError", "RunResult", "Scenario", "ScenarioError", "from_dict",
            "load_scenarios", "open_results", "run", "run_campaign", "__version__"]

@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 
 from . import _core, traits
+from .disposition import ERROR, FAILED, NOT_SUPPORTED, NOT_VERIFIED, PASSED, ran_ok
 from .errors import ScenarioError
 from .provenance import root_attributes
 from .result import RunResult
@@ -14,7 +15,7 @@ from .scenario import Scenario, load_scenarios, to_core
 from .verify import (error_table, expected_shapes, fill_bound_violations, output_checks, recipe_error_check,
                      stage_checks, stage_table, weights_layout_check)
 
-FINAL_DISPOSITIONS = ("passed", "failed", "not_run", "not_supported")
+UNCHECKED = "no check verified it"
 
 
 def _check_alignment(sc: Scenario, prepared) -> None:
@@ -39,8 +40,10 @@ def _config_error(sc: Scenario, e) -> ScenarioError:
 
 
 def _run_backend(name: str, core_sc, prepared, sc: Scenario, keep_stages: bool | None = None) -> dict:
+    """One backend's outputs with a provisional disposition: an oracle that ran to completion passed;
+    a backend under test is not_verified until its checks pass. A backend that raises is an error."""
     if traits.is_external(name):
-        return {"disposition": "not_supported", "reason": "torch callables are not wired yet"}
+        return {"disposition": NOT_SUPPORTED, "reason": "torch callables are not wired yet"}
     ok, disposition, reason = _core.backend_availability(name, core_sc)
     if not ok:
         return {"disposition": disposition, "reason": reason}
@@ -48,10 +51,12 @@ def _run_backend(name: str, core_sc, prepared, sc: Scenario, keep_stages: bool |
         out = _core.run_backend(name, prepared, keep_stages)
     except _core.ConfigError as e:  # bad input found by a backend: exit 2, like the loader's errors
         raise _config_error(sc, e) from None
-    except (_core.InternalError, RuntimeError, MemoryError) as e:
-        return {"disposition": "failed", "reason": f"{type(e).__name__}: {e}"}
-    out["disposition"] = "passed"  # provisional: verification may fail it
-    out["reason"] = ""
+    except Exception as e:  # noqa: BLE001 - whatever the backend raised is its error, reported with it
+        return {"disposition": ERROR, "reason": f"{type(e).__name__}: {e}"}
+    if traits.under_test(name):
+        out["disposition"], out["reason"] = NOT_VERIFIED, UNCHECKED
+    else:
+        out["disposition"], out["reason"] = PASSED, ""
     return out
 
 
@@ -103,42 +108,52 @@ def run(scenario, out="results", backends: list[str] | None = None, inject=None)
     shapes = expected_shapes(cfg)
     for name in names:
         r = _run_backend(name, core_sc, prepared, sc, keep_stages(name))
-        if r["disposition"] == "passed":
+        if ran_ok(r["disposition"]):
             c = output_checks(name, r, shapes)
             checks.update(c)
             if not all(ok for ok, _ in c.values()):
-                r["disposition"], r["reason"] = "failed", next(d for ok, d in c.values() if not ok)
+                r["disposition"], r["reason"] = FAILED, next(d for ok, d in c.values() if not ok)
         results[name] = r
 
     applied = [(inj, inject_mod.apply(inj, results)) for inj in injections]
 
     table = error_table(results, names, baseline, prepared.topk_idx)
+    # A sanity bound against golden: far from the arithmetic's error, so it can fail a backend but
+    # never verify one.
     for name in names:
-        if name != "golden" and results[name]["disposition"] == "passed":
+        if name != "golden" and ran_ok(results[name]["disposition"]):
             c = recipe_error_check(name, cfg["recipe"]["name"], table)
             checks.update(c)
             failed = [d for ok, d in c.values() if not ok]
             if failed:
-                results[name]["disposition"], results[name]["reason"] = "failed", failed[0]
+                results[name]["disposition"], results[name]["reason"] = FAILED, failed[0]
     reports = {}
     if check_stages:
         stage_c, reports = stage_checks(cfg, prepared, results, names,
                                         include=[inj.backend for inj in injections])
         checks.update(stage_c)
-        for name in reports:
+        for name, report in reports.items():
             ok, detail = stage_c[f"stage.{name}"]
-            if not ok and results[name]["disposition"] == "passed":
-                results[name]["disposition"], results[name]["reason"] = "failed", detail
+            r = results[name]
+            if not ok:
+                r["disposition"], r["reason"] = FAILED, detail
+            elif r["disposition"] == NOT_VERIFIED:
+                checked = any(sr.status != "skipped" for sr in report)
+                r["disposition"], r["reason"] = (PASSED, "") if checked else (NOT_VERIFIED, detail)
         table = fill_bound_violations(table, reports, baseline)
+    else:
+        for r in results.values():
+            if r["disposition"] == NOT_VERIFIED:
+                r["reason"] = "stage checks off (verify.stages: false): no check verified it"
     if verify_cfg.get("invariance", True):
         for name in names:
-            if results[name]["disposition"] != "passed":
+            if not ran_ok(results[name]["disposition"]):
                 continue
             c = weights_layout_check(name, results[name], lambda n=name: _rerun_other_layout(sc, n))
             if c is not None:
                 checks[f"invariance.weights.{name}"] = c
                 if not c[0]:
-                    results[name]["disposition"], results[name]["reason"] = "failed", c[1]
+                    results[name]["disposition"], results[name]["reason"] = FAILED, c[1]
     injected = []
     for inj, info in applied:
         checks[inj.check_name] = inject_mod.outcome(inj, info, reports.get(inj.backend))

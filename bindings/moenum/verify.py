@@ -5,6 +5,7 @@ import numpy as np
 import pandas as pd
 
 from . import traits
+from .disposition import ran_ok
 from .metrics import COLUMNS, coarser, compare
 
 # Tensors whose leading dimension is the expert: they also get one row per expert.
@@ -109,7 +110,7 @@ def stage_checks(cfg: dict, prepared, results: dict, backends: list[str], includ
         r = results.get(name)
         if name == "golden" or not (traits.under_test(name) or name in include):
             continue
-        if not r or "outputs" not in r or r["disposition"] != "passed":
+        if not r or "outputs" not in r or not ran_ok(r["disposition"]):
             continue
         if ctx is None:
             ctx = stages.make_context(cfg, prepared)
@@ -235,8 +236,8 @@ def invariance_checks(results) -> dict:
     golden                   golden's outputs across every point with the same inputs and routing (any
                              dispatch, padding, EP, weights, recipe): identical.
     Returns {check name: (passed, detail)}, one per group with at least two points; names are
-    `invariance.<kind>(<the parameters the group shares>)`. Backends that did not pass in a point are
-    left out of that point's comparisons."""
+    `invariance.<kind>(<the parameters the group shares>)`. Backends that failed, errored or did not run
+    in a point are left out of that point's comparisons."""
     points = []
     for r in results:
         try:
@@ -260,11 +261,11 @@ def invariance_checks(results) -> dict:
             details, ok = [], True
             backends = ["golden"] if which == "golden" else list(first_r.disposition)
             for b in backends:
-                if first_r.disposition.get(b) != "passed":
+                if not ran_ok(first_r.disposition.get(b)):
                     continue
                 ref = _read_outputs(first_r, b)
                 for r, _ in members[1:]:
-                    if r.disposition.get(b) != "passed":
+                    if not ran_ok(r.disposition.get(b)):
                         continue
                     same, why = compare_outputs(ref, _read_outputs(r, b))
                     if not same:

@@ -144,6 +144,7 @@ def test_cli_failed_check_exits_1(tmp_path, tiny_config):
     from moenum.cli import main
     import yaml
     c = copy.deepcopy(tiny_config)
+    c["backends"] = ["golden", "reference", "cpu.eigen"]
     path = tmp_path / "t.yaml"
     path.write_text(yaml.safe_dump(c))
     assert main(["run", str(path), "-o", str(tmp_path), "-q"]) == 0
@@ -180,7 +181,7 @@ def test_kill_mid_run_never_leaves_truncated_file(tmp_path):
         "backends: [golden, reference]\noutput: {inputs: true, diffs: full}\n"
         "sweep: {seed: [1, 2, 3]}\n")
     out = tmp_path / "out"
-    assert moenum_cli("run", scenario, "-o", out, "-q").returncode == 0
+    assert moenum_cli("run", scenario, "-o", out, "-q").returncode == 4  # golden and reference: nothing under test
     complete = {p.name: p.read_bytes() for p in out.glob("*.h5")}
     assert len(complete) == 3
     for delay in (0.3, 0.8, 1.5, 2.5, 4.0):

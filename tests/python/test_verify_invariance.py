@@ -22,7 +22,8 @@ CAMPAIGN = {
 def campaign(tmp_path_factory):
     out = tmp_path_factory.mktemp("inv")
     camp = moenum.run_campaign(CAMPAIGN, out=out, quiet=True)
-    assert camp.passed
+    # stage checks off: cpu.eigen is compared across points but nothing verifies it
+    assert camp.verdict == "not_verified", [r.disposition for r in camp.results]
     return camp
 
 
