@@ -45,11 +45,6 @@ void bind_config_error(py::module_& m) {
 PYBIND11_MODULE(_core, m) {
   m.doc() = "moenum C++ core: inputs, routing, dispatch plans, backends, MX formats";
   m.attr("__version__") = MOENUM_VERSION;
-#ifdef MOENUM_HAVE_CUDA
-  m.attr("built_with_cuda") = true;
-#else
-  m.attr("built_with_cuda") = false;
-#endif
   bind_config_error(m);
   py::register_exception<moenum::InternalError>(m, "InternalError", PyExc_RuntimeError);
   for (auto& fn : moenum::bindings::bind_functions()) fn(m);

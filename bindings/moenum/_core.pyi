@@ -8,7 +8,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['BackendTraits', 'ConfigError', 'DISPOSITIONS', 'DispatchConfig', 'InputRegime', 'InternalError', 'ModelConfig', 'OutputConfig', 'Prepared', 'RecipeConfig', 'RoutingConfig', 'Scenario', 'SkewConfig', 'backend_availability', 'backend_names', 'backend_traits', 'backends', 'built_with_cuda', 'e8m0_from_amax', 'e8m0_from_f32_rceil', 'e8m0_inv_scale', 'e8m0_to_f32', 'exact_gemm_nt', 'fp8_decode', 'fp8_encode', 'gamma', 'mx_dequantize', 'mx_quantize', 'prepare', 'round_to', 'rowwise_dot_rn', 'run_backend', 'stage_act_backward', 'stage_act_forward', 'stage_combine', 'stage_fc1_post', 'stage_fc2_bias']
+__all__: list[str] = ['BackendTraits', 'ConfigError', 'DISPOSITIONS', 'DispatchConfig', 'InputRegime', 'InternalError', 'ModelConfig', 'OutputConfig', 'Prepared', 'RecipeConfig', 'RoutingConfig', 'Scenario', 'SkewConfig', 'backend_availability', 'backend_names', 'backend_traits', 'backends', 'built_with_cuda', 'e8m0_from_amax', 'e8m0_from_f32_rceil', 'e8m0_inv_scale', 'e8m0_to_f32', 'exact_gemm_nt', 'fp8_decode', 'fp8_encode', 'gamma', 'gpu_description', 'mx_dequantize', 'mx_quantize', 'prepare', 'round_to', 'rowwise_dot_rn', 'run_backend', 'stage_act_backward', 'stage_act_forward', 'stage_combine', 'stage_fc1_post', 'stage_fc2_bias']
 class ConfigError(ValueError):
     key: typing.ClassVar[str] = ''
     message: typing.ClassVar[str] = ''
@@ -283,6 +283,10 @@ def fp8_encode(x: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], fmt: 
 def gamma(n: typing.SupportsInt | typing.SupportsIndex, u: typing.SupportsFloat | typing.SupportsIndex = 5.960464477539063e-08) -> float:
     """
     gamma(n, u) = n*u / (1 - n*u), the relative error bound of an n-term dot product
+    """
+def gpu_description() -> str:
+    """
+    The CUDA device: name, sm, driver, runtime, cuBLASLt; or "none"
     """
 def mx_dequantize(codes: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], scales: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], fmt: str = 'e4m3', columnwise: bool = False) -> numpy.typing.NDArray[numpy.float32]:
     """

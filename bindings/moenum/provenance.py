@@ -21,9 +21,9 @@ def git_sha() -> str:
 
 @functools.lru_cache(maxsize=1)
 def gpu_description() -> str:
+    """The CUDA device this module runs on (name, sm, driver, runtime, cuBLASLt), or "none"."""
     from . import _core
-    describe = getattr(_core, "gpu_description", None)
-    return describe() if describe else "none"
+    return _core.gpu_description()
 
 
 def root_attributes(scenario_yaml: str) -> dict:

@@ -50,6 +50,17 @@ def test_smoke_run_writes_documented_layout(tmp_path):
         assert f["tables/errors"].dtype.names == tuple(COLUMNS)
 
 
+def test_gpu_attribute_describes_the_device_or_none(tmp_path, tiny_config):
+    res = run_cfg(tiny_config, tmp_path)
+    with h5py.File(res.path) as f:
+        gpu = f.attrs["gpu"]
+    assert gpu == moenum._core.gpu_description()
+    if not moenum._core.built_with_cuda:
+        assert gpu == "none"
+    elif gpu != "none":
+        assert " sm_" in gpu and " cublasLt " in gpu
+
+
 def test_error_table_reads_back_with_documented_columns(tmp_path, tiny_config):
     res = run_cfg(tiny_config, tmp_path)
     back = moenum.open_results(res.path)
