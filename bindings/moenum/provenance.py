@@ -28,8 +28,9 @@ def gpu_description() -> str:
 
 def root_attributes(scenario_yaml: str) -> dict:
     from . import _core
+    from .results_io import SCHEMA_VERSION
     return {
-        "schema_version": 1,
+        "schema_version": SCHEMA_VERSION,
         "moenum_version": _core.__version__,
         "git_sha": git_sha(),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
