@@ -3,7 +3,6 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
-#include <chrono>
 #include <optional>
 
 #include "binding_registry.h"
@@ -156,11 +155,11 @@ void bind(py::module_& m) {
     return p;
   }, py::arg("scenario"), "Generate the inputs, route and plan the dispatch of one scenario");
 
-  m.def("backend_names", &backend_names);
   m.def("backend_availability", [](const std::string& name, const Scenario& sc) {
-    auto a = make_backend(name)->available(sc);
-    return py::make_tuple(a.ok, a.disposition, a.reason);
-  });
+    const Availability a = backend_availability(name, sc);
+    return py::make_tuple(a.ok, a.ok ? "" : std::string(to_string(a.disposition)), a.reason);
+  }, py::arg("name"), py::arg("scenario"),
+  "(ok, disposition, reason): whether the backend can run the scenario here; not_run when it is not built in");
   m.def("run_backend", [](const std::string& name, const Prepared& p, std::optional<bool> keep_stages) {
     auto backend = make_backend(name);
     // Stage tensors cost memory and time: only the backends whose stages are checked or written keep them.
@@ -169,9 +168,7 @@ void bind(py::module_& m) {
     BackendResult r;
     {
       py::gil_scoped_release release;
-      auto t0 = std::chrono::steady_clock::now();
       r = backend->run(RunContext{sc, p.problem, p.routing, p.plan});
-      r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
     py::dict d;
     d["outputs"] = tensors_to_dict(r.outputs);

@@ -75,11 +75,11 @@ SampleSpec parse_sample(const py::object& s) {
       spec.mode = SampleSpec::Mode::kAuto;
       return spec;
     }
-    throw ConfigError("verify.sample must be all, auto or a positive number of elements, got '" + v + "'");
+    throw ConfigError("verify.sample", "must be all, auto or a positive number of elements, got '" + v + "'");
   }
   spec.mode = SampleSpec::Mode::kCount;
   spec.count = py::cast<int64_t>(s);
-  if (spec.count <= 0) throw ConfigError("verify.sample must be a positive number of elements");
+  if (spec.count <= 0) throw ConfigError("verify.sample", "must be a positive number of elements");
   return spec;
 }
 
@@ -224,7 +224,7 @@ void bind(py::module_& m) {
                           bool leading_expert) {
     ViewArena arena;
     const View va = arena.view(a, dtype_a), vb = arena.view(b, dtype_b);
-    if (va.size() != vb.size()) throw ConfigError("error_stats: tensors of different sizes");
+    if (va.size() != vb.size()) throw ConfigError("b", "error_stats: tensors of different sizes");
     const Grid g = coarser(parse_grid(dtype_a), parse_grid(dtype_b));
     ErrorStats whole;
     std::vector<ExpertStats> per;
@@ -247,7 +247,7 @@ void bind(py::module_& m) {
   m.def("exact_gemm_nt", [](const py::array_t<double, py::array::c_style | py::array::forcecast>& A,
                             const py::array_t<double, py::array::c_style | py::array::forcecast>& B) {
     if (A.ndim() != 2 || B.ndim() != 2 || A.shape(1) != B.shape(1))
-      throw ConfigError("exact_gemm_nt: A [M, K] and B [N, K] with the same K");
+      throw ConfigError("B", "exact_gemm_nt: A [M, K] and B [N, K] with the same K");
     const reference::Matrix a = Eigen::Map<const reference::Matrix>(A.data(), A.shape(0), A.shape(1));
     const reference::Matrix b = Eigen::Map<const reference::Matrix>(B.data(), B.shape(0), B.shape(1));
     reference::stage_ops::GemmRef g;
@@ -275,7 +275,7 @@ void bind(py::module_& m) {
   m.def("ulp_distance", [](const py::object& v, const py::object& ref, const std::string& grid) {
     ViewArena arena;
     const View a = arena.view(v, grid), b = arena.view(ref, grid);
-    if (a.size() != b.size()) throw ConfigError("ulp_distance: arrays of different sizes");
+    if (a.size() != b.size()) throw ConfigError("refs", "ulp_distance: arrays of different sizes");
     const Grid g = parse_grid(grid);
     py::array_t<double> out(a.shape);
     double* o = out.mutable_data();

@@ -3,12 +3,12 @@
 // rounding points (grouped_mlp.h on EigenGemmPolicy<recipe policy>, see eigen_gemm_policy.h). It
 // saves the same stage tensors as the reference when output.intermediates is set (the runner sets it
 // for the teacher-forced stage checks). Recipes are registered by name below, as for `reference`.
-#include <chrono>
 #include <functional>
 #include <map>
 
 #include "eigen_gemm_policy.h"
 #include "moenum/backend.h"
+#include "moenum/stage_names.h"
 #include "mxfp8_policy.h"
 #include "recipes.h"
 
@@ -47,18 +47,13 @@ EigenRecipeRegistrar mxfp8_recipe("mxfp8", [](const Scenario& sc, const Problem&
 });
 
 class CpuEigenBackend final : public Backend {
- public:
-  Availability available(const Scenario& sc) const override {
+ protected:
+  Availability can_run(const Scenario& sc) const override {
     if (sc.model.activation != "swiglu")
-      return {false, "not_supported", "cpu.eigen: activation '" + sc.model.activation + "' (only swiglu)"};
-    if (!eigen_recipe_registry().count(sc.recipe.name))
-      return {false, "not_supported", "cpu.eigen: recipe '" + sc.recipe.name + "' is not implemented yet"};
+      return Availability::not_supported("cpu.eigen: activation '" + sc.model.activation + "' (only swiglu)");
     return {};
   }
-  BackendResult run(const RunContext& ctx) override {
-    const Availability av = available(ctx.scenario);
-    if (!av.ok) throw ConfigError("scenario '" + ctx.scenario.name + "': " + av.reason);
-    const auto t0 = std::chrono::steady_clock::now();
+  BackendResult compute(const RunContext& ctx) override {
     LayerResult r = eigen_recipe_registry().at(ctx.scenario.recipe.name)(ctx.scenario, ctx.problem, ctx.plan,
                                                                          layer_options(ctx.scenario));
     BackendResult out = to_backend_result(std::move(r), EigenGemmPolicy<Bf16Policy>::gemm_attr);
@@ -66,12 +61,19 @@ class CpuEigenBackend final : public Backend {
       it = it->first.rfind("exact_path", 0) == 0 ? out.attrs.erase(it) : std::next(it);
     out.attrs["recipe"] = ctx.scenario.recipe.name;
     out.attrs["bias_mode"] = ctx.scenario.recipe.bias_mode;
-    out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return out;
   }
 };
 
-MOENUM_REGISTER_BACKEND("cpu.eigen", CpuEigenBackend);
+// The recipes of eigen_recipe_registry() above; the same stages as the reference.
+const BackendTraits kTraits{.name = "cpu.eigen",
+                            .role = BackendRole::under_test,
+                            .device = DeviceKind::cpu,
+                            .stages = all_stages(),
+                            .layout_sensitive = false,
+                            .recipes = {"fp32", "bf16", "mxfp8"},
+                            .bias_modes = {"separate", "epilogue"}};
+MOENUM_REGISTER_BACKEND(kTraits, CpuEigenBackend);
 
 }  // namespace
 }  // namespace moenum::reference

@@ -1,30 +1,34 @@
 // Backend `golden`: the layer in fp64 from the same bf16 inputs, no quantization, no intermediate
 // rounding (numerics.md §6): how far a recipe is from the ideal layer.
-#include <chrono>
-
 #include "moenum/backend.h"
+#include "moenum/stage_names.h"
 #include "recipes.h"
 
 namespace moenum::reference {
 namespace {
 
 class GoldenBackend final : public Backend {
- public:
-  Availability available(const Scenario& sc) const override {
+ protected:
+  Availability can_run(const Scenario& sc) const override {
     if (sc.model.activation != "swiglu")
-      return {false, "not_supported", "golden: activation '" + sc.model.activation + "' (only swiglu)"};
+      return Availability::not_supported("golden: activation '" + sc.model.activation + "' (only swiglu)");
     return {};
   }
-  BackendResult run(const RunContext& ctx) override {
-    const auto t0 = std::chrono::steady_clock::now();
+  BackendResult compute(const RunContext& ctx) override {
     LayerResult r = grouped_mlp(GoldenPolicy{}, ctx.problem, ctx.plan, layer_options(ctx.scenario));
-    BackendResult out = to_backend_result(std::move(r), GoldenPolicy::gemm_attr);
-    out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return out;
+    return to_backend_result(std::move(r), GoldenPolicy::gemm_attr);
   }
 };
 
-MOENUM_REGISTER_BACKEND("golden", GoldenBackend);
+// Every recipe's ideal: golden ignores the recipe's quantization, so it runs for all of them.
+const BackendTraits kTraits{.name = "golden",
+                            .role = BackendRole::oracle,
+                            .device = DeviceKind::cpu,
+                            .stages = layer_stages(),
+                            .layout_sensitive = false,
+                            .recipes = {"fp32", "bf16", "mxfp8"},
+                            .bias_modes = {"separate", "epilogue"}};
+MOENUM_REGISTER_BACKEND(kTraits, GoldenBackend);
 
 }  // namespace
 }  // namespace moenum::reference

@@ -103,7 +103,7 @@ struct Mxfp8Policy : Bf16Policy {
   void check_config(const Problem& prob, const DispatchPlan& plan) const;
 
   [[noreturn]] void config_error(const std::string& key, const std::string& what) const {
-    throw ConfigError("scenario '" + scenario + "': " + key + ": " + what);
+    throw ConfigError(key, what, scenario);
   }
 };
 

@@ -21,7 +21,7 @@ auto with_policy(Round r, F&& f) {
 Round parse_round(const std::string& dtype) {
   if (dtype == "bf16") return Round::kBf16;
   if (dtype == "fp32") return Round::kF32;
-  throw ConfigError("stage dtype must be bf16 or fp32, got '" + dtype + "'");
+  throw ConfigError("dtype", "a stage dtype must be bf16 or fp32, got '" + dtype + "'");
 }
 
 float round_to(float v, Round r) { return r == Round::kBf16 ? round_bf16(v) : v; }

@@ -93,7 +93,7 @@ if want scenarios; then
            --backends golden,reference,cpu.eigen,gpu.grouped,gpu.multistream
   } >"$OUT/scenarios.log" 2>&1
   rc=$?
-  gpu_disp=$(grep -oE '^ +gpu\.[a-z]+ +(passed|failed|not_supported|not_run)' "$OUT/scenarios.log" | awk '{print $1"="$2}' | sort | uniq -c | tr -s ' ' | tr '\n' ' ')
+  gpu_disp=$(grep -oE '^ +gpu\.[a-z]+ +(passed|failed|error|not_verified|not_run|not_supported)' "$OUT/scenarios.log" | awk '{print $1"="$2}' | sort | uniq -c | tr -s ' ' | tr '\n' ' ')
   [ $rc -eq 0 ] && note scenarios ok "$((SECONDS - t0)) s; $(tail -1 "$OUT/scenarios.log"); GPU results: $gpu_disp" \
                 || note scenarios FAILED "rc $rc; $(tail -1 "$OUT/scenarios.log")"
 fi

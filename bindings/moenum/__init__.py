@@ -5,8 +5,9 @@
     res.errors                      # pandas DataFrame
     camp = moenum.run_campaign("scenarios/padding.yaml", out="results/", jobs=2, resume=True)
 """
-from . import _core
+from . import _core, mx
 from .campaign import Campaign, run_campaign
+from .disposition import Disposition
 from .errors import MoenumError, ScenarioError
 from .result import RunResult, open_results
 from .runner import run
@@ -14,10 +15,5 @@ from .scenario import Scenario, from_dict, load_scenarios
 
 __version__ = _core.__version__
 
-try:  # the MX formats module arrives with its own issue
-    from . import mx  # noqa: F401
-except ImportError:  # pragma: no cover
-    pass
-
-__all__ = ["Campaign", "MoenumError", "RunResult", "Scenario", "ScenarioError", "from_dict",
-           "load_scenarios", "open_results", "run", "run_campaign", "__version__"]
+__all__ = ["Campaign", "Disposition", "MoenumError", "RunResult", "Scenario", "ScenarioError", "from_dict",
+           "load_scenarios", "mx", "open_results", "run", "run_campaign", "__version__"]

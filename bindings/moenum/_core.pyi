@@ -8,9 +8,11 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['CLASSES', 'ConfigError', 'DispatchConfig', 'GEMMS', 'InputRegime', 'InternalError', 'ModelConfig', 'OutputConfig', 'Prepared', 'RecipeConfig', 'RoutingConfig', 'STAGES', 'Scenario', 'SkewConfig', 'accumulator_interval', 'backend_availability', 'backend_names', 'bitwise_diff', 'built_with_cuda', 'check_stages', 'e8m0_from_amax', 'e8m0_from_f32_rceil', 'e8m0_inv_scale', 'e8m0_to_f32', 'error_stats', 'exact_gemm_nt', 'fp8_decode', 'fp8_encode', 'gamma', 'grid_step', 'mx_dequantize', 'mx_quantize', 'prepare', 'round_to', 'run_backend', 'ulp_distance']
+__all__: list[str] = ['BackendTraits', 'CLASSES', 'ConfigError', 'DISPOSITIONS', 'DispatchConfig', 'GEMMS', 'InputRegime', 'InternalError', 'ModelConfig', 'OutputConfig', 'Prepared', 'RecipeConfig', 'RoutingConfig', 'STAGES', 'Scenario', 'SkewConfig', 'accumulator_interval', 'backend_availability', 'backend_names', 'backend_traits', 'backends', 'bitwise_diff', 'built_with_cuda', 'check_stages', 'e8m0_from_amax', 'e8m0_from_f32_rceil', 'e8m0_inv_scale', 'e8m0_to_f32', 'error_stats', 'exact_gemm_nt', 'fp8_decode', 'fp8_encode', 'gamma', 'gpu_description', 'grid_step', 'mx_dequantize', 'mx_quantize', 'prepare', 'round_to', 'run_backend', 'ulp_distance']
 class ConfigError(ValueError):
-    pass
+    key: typing.ClassVar[str] = ''
+    message: typing.ClassVar[str] = ''
+    scenario: typing.ClassVar[str] = ''
 class InternalError(RuntimeError):
     pass
 class ModelConfig:
@@ -195,14 +197,61 @@ class Prepared:
     @property
     def topk_idx(self) -> numpy.typing.NDArray[numpy.int32]:
         ...
+class BackendTraits:
+    """
+    What the registry knows about a backend without running it
+    """
+    def __repr__(self) -> str:
+        ...
+    @property
+    def bias_modes(self) -> list[str]:
+        ...
+    @property
+    def device(self) -> str:
+        """
+        cpu or gpu
+        """
+    @property
+    def layout_sensitive(self) -> bool:
+        """
+        whether single vs discrete weights can change its result
+        """
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def recipes(self) -> list[str]:
+        ...
+    @property
+    def role(self) -> str:
+        """
+        oracle (golden, reference: the yardsticks) or under_test
+        """
+    @property
+    def stages(self) -> list[str]:
+        """
+        the stage tensors it can save
+        """
 def accumulator_interval(c32: typing.SupportsFloat | typing.SupportsIndex, absprod: typing.SupportsFloat | typing.SupportsIndex, K: typing.SupportsInt | typing.SupportsIndex) -> tuple[float, float]:
     """
     Where an fp32 accumulator of K terms may land around the correctly rounded c32 (bounds.h)
     """
-def backend_availability(arg0: str, arg1: Scenario) -> tuple[bool, str, str]:
-    ...
+def backend_availability(name: str, scenario: Scenario) -> tuple[bool, str, str]:
+    """
+    (ok, disposition, reason): whether the backend can run the scenario here; not_run when it is not built in
+    """
 def backend_names() -> list[str]:
-    ...
+    """
+    Every known backend, built into this module or not, sorted
+    """
+def backend_traits(name: str) -> BackendTraits:
+    """
+    The traits of one backend; ConfigError (key 'backends') if unknown
+    """
+def backends() -> list[BackendTraits]:
+    """
+    The traits of every known backend, sorted by name
+    """
 def bitwise_diff(a: typing.Any, b: typing.Any) -> tuple[bool, int, int]:
     """
     (same_shape, differing elements, first differing flat index or -1), bitwise.h
@@ -253,6 +302,10 @@ def gamma(n: typing.SupportsInt | typing.SupportsIndex, u: typing.SupportsFloat 
     """
     gamma(n, u) = n*u / (1 - n*u), the relative error bound of an n-term dot product
     """
+def gpu_description() -> str:
+    """
+    "none": this module was built without CUDA
+    """
 def grid_step(value: typing.SupportsFloat | typing.SupportsIndex, n: typing.SupportsInt | typing.SupportsIndex, grid: str) -> float:
     """
     The value n grid points away (ulp.h)
@@ -284,6 +337,7 @@ def ulp_distance(values: typing.Any, refs: typing.Any, grid: str) -> numpy.typin
     |v - ref| in units of the grid's spacing at ref (ulp.h)
     """
 CLASSES: tuple = ('bitwise_equal', 'scale_off_by_one', 'tie_flip', 'within_bound', 'bound_violation')
+DISPOSITIONS: tuple = ('passed', 'failed', 'error', 'not_verified', 'not_run', 'not_supported')
 GEMMS: list = [{'name': 'fc1_fprop', 'output': 'h', 'A': {'source': 'x', 'direction': 'rowwise', 'gradient': False}, 'B': {'source': 'w1', 'direction': 'rowwise', 'gradient': False}}, {'name': 'fc2_fprop', 'output': 'o', 'A': {'source': 'a', 'direction': 'rowwise', 'gradient': False}, 'B': {'source': 'w2', 'direction': 'rowwise', 'gradient': False}}, {'name': 'fc2_dgrad', 'output': 'da', 'A': {'source': 'dy', 'direction': 'rowwise', 'gradient': True}, 'B': {'source': 'w2', 'direction': 'columnwise', 'gradient': False}}, {'name': 'fc2_wgrad', 'output': 'dw2', 'A': {'source': 'dy', 'direction': 'columnwise', 'gradient': True}, 'B': {'source': 'a', 'direction': 'columnwise', 'gradient': False}}, {'name': 'fc1_dgrad', 'output': 'dx_row', 'A': {'source': 'dh', 'direction': 'rowwise', 'gradient': True}, 'B': {'source': 'w1', 'direction': 'columnwise', 'gradient': False}}, {'name': 'fc1_wgrad', 'output': 'dw1', 'A': {'source': 'dh', 'direction': 'columnwise', 'gradient': True}, 'B': {'source': 'x', 'direction': 'columnwise', 'gradient': False}}]
 STAGES: list = [{'name': 'fc1_fprop.A', 'kind': 'mx', 'where': 'stages', 'inputs': tuple(), 'gemm': 'fc1_fprop', 'operand': 'A', 'needs_bias': False, 'mx_only': True, 'doc': 'MXFP8 codes and scales of x (fc1_fprop A)'}, {'name': 'fc1_fprop.B', 'kind': 'mx', 'where': 'stages', 'inputs': tuple(), 'gemm': 'fc1_fprop', 'operand': 'B', 'needs_bias': False, 'mx_only': True, 'doc': 'MXFP8 codes and scales of w1 (fc1_fprop B)'}, {'name': 'h', 'kind': 'gemm', 'where': 'stages', 'inputs': tuple(), 'gemm': 'fc1_fprop', 'operand': '', 'needs_bias': False, 'mx_only': False, 'doc': "FC1: x . w1^T (+ b1), the activation's input"}, {'name': 'act', 'kind': 'exact', 'where': 'stages', 'inputs': ('h'), 'gemm': '', 'operand': '', 'needs_bias': False, 'mx_only': False, 'doc': 'silu(g) * l, fp32'}, {'name': 'a', 'kind': 'exact', 'where': 'stages', 'inputs': ('h'), 'gemm': '', 'operand': '', 'needs_bias': False, 'mx_only': False, 'doc': "round(silu(g) * l * p), FC2's input"}, {'name': 'fc2_fprop.A', 'kind': 'mx', 'where': 'stages', 'inputs': ('a'), 'gemm': 'fc2_fprop', 'operand': 'A', 'needs_bias': False, 'mx_only': True, 'doc': 'MXFP8 codes and scales of a (fc2_fprop A)'}, {'name': 'fc2_fprop.B', 'kind': 'mx', 'where': 'stages', 'inputs': tuple(), 'gemm': 'fc2_fprop', 'operand': 'B', 'needs_bias': False, 'mx_only': True, 'doc': 'MXFP8 codes and scales of w2 (fc2_fprop B)'}, {'name': 'o', 'kind': 'gemm', 'where': 'stages', 'inputs': ('a'), 'gemm': 'fc2_fprop', 'operand': '', 'needs_bias': False, 'mx_only': False, 'doc': 'FC2: a . w2^T'}, {'name': 'out', 'kind': 'exact', 'where': 'stages', 'inputs': ('o'), 'gemm': '', 'operand': '', 'needs_bias': False, 'mx_only': False, 'doc': 'round(o + b2 * p)'}, {'name': 'y', 'kind': 'exact', 'where': 'outputs', 'inputs': ('o'), 'gemm': '', 'operand': '', 'needs_bias': False, 'mx_only': False, 'doc': 'combine: round(sum of out over routed experts, ascending id)'}, {'name': 'fc2_dgrad.A', 'kind': 'mx', 'where': 'stages', 'inputs': tuple(), 'gemm': 'fc2_dgrad', 'operand': 'A', 'needs_bias': False, 'mx_only': True, 'doc': 'MXFP8 codes and scales of dy (fc2_dgrad A)'}, {'name': 'fc2_dgrad.B', 'kind': 'mx', 'where': 'stages', 'inputs': tuple(), 'gemm': 'fc2_dgrad', 'operand': 'B', 'needs_bias': False, 'mx_only': True, 'doc': 'MXFP8 codes and scales of w2 (fc2_dgrad B)'}, {'name': 'da', 'kind': 'gemm', 'where': 'stages', 'inputs': tuple(), 'gemm': 'fc2_dgrad', 'operand': '', 'needs_bias': False, 'mx_only': False, 'doc': 'FC2 dgrad: dy . w2'}, {'name': 'fc2_wgrad.A', 'kind': 'mx', 'where': 'stages', 'inputs': tuple(), 'gemm': 'fc2_wgrad', 'operand': 'A', 'needs_bias': False, 'mx_only': True, 'doc': 'MXFP8 codes and scales of dy (fc2_wgrad A)'}, {'name': 'fc2_wgrad.B', 'kind': 'mx', 'where': 'stages', 'inputs': ('a'), 'gemm': 'fc2_wgrad', 'operand': 'B', 'needs_bias': False, 'mx_only': True, 'doc': 'MXFP8 codes and scales of a (fc2_wgrad B)'}, {'name': 'dw2', 'kind': 'gemm', 'where': 'outputs', 'inputs': ('a'), 'gemm': 'fc2_wgrad', 'operand': '', 'needs_bias': False, 'mx_only': False, 'doc': 'FC2 wgrad: dy^T . a, fp32'}, {'name': 'db2', 'kind': 'reduction', 'where': 'outputs', 'inputs': tuple(), 'gemm': '', 'operand': '', 'needs_bias': True, 'mx_only': False, 'doc': "sum of p * dy over the expert's rows"}, {'name': 'dh', 'kind': 'exact', 'where': 'stages', 'inputs': ('da', 'h'), 'gemm': '', 'operand': '', 'needs_bias': False, 'mx_only': False, 'doc': "round([da*p*l*silu'(g), da*p*silu(g)])"}, {'name': 'dprobs', 'kind': 'reduction', 'where': 'outputs', 'inputs': ('da', 'h'), 'gemm': '', 'operand': '', 'needs_bias': False, 'mx_only': False, 'doc': 'dot(da, act) + dot(dy, b2) per routed row'}, {'name': 'fc1_dgrad.A', 'kind': 'mx', 'where': 'stages', 'inputs': ('dh'), 'gemm': 'fc1_dgrad', 'operand': 'A', 'needs_bias': False, 'mx_only': True, 'doc': 'MXFP8 codes and scales of dh (fc1_dgrad A)'}, {'name': 'fc1_dgrad.B', 'kind': 'mx', 'where': 'stages', 'inputs': tuple(), 'gemm': 'fc1_dgrad', 'operand': 'B', 'needs_bias': False, 'mx_only': True, 'doc': 'MXFP8 codes and scales of w1 (fc1_dgrad B)'}, {'name': 'dx_row', 'kind': 'gemm', 'where': 'stages', 'inputs': ('dh'), 'gemm': 'fc1_dgrad', 'operand': '', 'needs_bias': False, 'mx_only': False, 'doc': 'FC1 dgrad: dh . w1'}, {'name': 'dx', 'kind': 'exact', 'where': 'outputs', 'inputs': ('dx_row'), 'gemm': '', 'operand': '', 'needs_bias': False, 'mx_only': False, 'doc': 'combine of dx_row'}, {'name': 'fc1_wgrad.A', 'kind': 'mx', 'where': 'stages', 'inputs': ('dh'), 'gemm': 'fc1_wgrad', 'operand': 'A', 'needs_bias': False, 'mx_only': True, 'doc': 'MXFP8 codes and scales of dh (fc1_wgrad A)'}, {'name': 'fc1_wgrad.B', 'kind': 'mx', 'where': 'stages', 'inputs': tuple(), 'gemm': 'fc1_wgrad', 'operand': 'B', 'needs_bias': False, 'mx_only': True, 'doc': 'MXFP8 codes and scales of x (fc1_wgrad B)'}, {'name': 'dw1', 'kind': 'gemm', 'where': 'outputs', 'inputs': ('dh'), 'gemm': 'fc1_wgrad', 'operand': '', 'needs_bias': False, 'mx_only': False, 'doc': 'FC1 wgrad: dh^T . x, fp32'}, {'name': 'db1', 'kind': 'reduction', 'where': 'outputs', 'inputs': ('dh'), 'gemm': '', 'operand': '', 'needs_bias': True, 'mx_only': False, 'doc': "sum of dh over the expert's rows"}]
 __version__: str = '0.1.0'

@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from .disposition import FAILED, PASSED, Disposition, combine
 from .errors import ScenarioError
 from .result import RunResult, open_results
 from .results_io import result_path
@@ -44,8 +45,14 @@ class Campaign:
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
     @property
+    def verdict(self) -> Disposition:
+        """Over every point and the cross-scenario checks; see disposition.combine."""
+        checks_ok = all(ok for ok, _ in self.checks.values())
+        return combine([r.verdict for r in self.results] + ([] if checks_ok else [FAILED]))
+
+    @property
     def passed(self) -> bool:
-        return all(r.passed for r in self.results) and all(ok for ok, _ in self.checks.values())
+        return self.verdict == PASSED
 
 
 def _is_complete(path: Path, sc: Scenario) -> bool:
@@ -121,8 +128,9 @@ class Progress:
 
 
 class CampaignIndex:
-    """`index.json` in the output folder: every point with its file and disposition, rewritten
-    atomically after each point, so a killed campaign still says what it had finished."""
+    """`index.json` in the output folder: every point with its file, its verdict (status: pending, or
+    passed | failed | error | not_verified) and its backends' dispositions, rewritten atomically after
+    each point, so a killed campaign still says what it had finished."""
 
     def __init__(self, out, points: list[Scenario], shard: tuple[int, int] | None):
         name = "index.json" if not shard else f"index.shard-{shard[0]}of{shard[1]}.json"
@@ -133,8 +141,8 @@ class CampaignIndex:
                         for sc in points}
 
     def record(self, r: RunResult, resumed: bool = False):
-        self.entries[r.name].update(status="passed" if r.passed else "failed", resumed=resumed,
-                                    dispositions=dict(r.disposition))
+        self.entries[r.name].update(status=str(r.verdict), resumed=resumed,
+                                    dispositions={b: str(d) for b, d in r.disposition.items()})
         self.write()
 
     def write(self, checks: dict | None = None):
@@ -162,8 +170,8 @@ def run_points(points: list[Scenario], out="results", jobs: int = 1, resume: boo
             r.sweep_point = dict(sc.sweep_point)
             camp.results.append(r)
             camp.skipped.append(sc.name)
-            index.entries[sc.name].update(status="passed" if r.passed else "failed", resumed=True,
-                                          dispositions=dict(r.disposition))
+            index.entries[sc.name].update(status=str(r.verdict), resumed=True,
+                                          dispositions={b: str(d) for b, d in r.disposition.items()})
         else:
             todo.append(sc)
     index.write()
@@ -175,7 +183,7 @@ def run_points(points: list[Scenario], out="results", jobs: int = 1, resume: boo
             r.sweep_point = dict(sc.sweep_point)
             finished[sc.name] = r
             index.record(r)
-            progress.step(sc.name, "passed" if r.passed else "FAILED")
+            progress.step(sc.name, r.verdict)
     else:
         # threads that each wait on a worker process: the points run in parallel processes
         with cf.ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -186,7 +194,7 @@ def run_points(points: list[Scenario], out="results", jobs: int = 1, resume: boo
                 r.sweep_point = dict(sc.sweep_point)
                 finished[sc.name] = r
                 index.record(r)
-                progress.step(sc.name, "passed" if r.passed else "FAILED")
+                progress.step(sc.name, r.verdict)
     by_name = {r.name: r for r in camp.results}
     by_name.update(finished)
     camp.results = [by_name[sc.name] for sc in points if sc.name in by_name]

@@ -1,6 +1,8 @@
-"""The `moenum` command: run, report (nightly and bench arrive with their issues).
+"""The `moenum` command: run, nightly, bench, report.
 
-Exit codes: 0 all passed, 1 a check or backend failed, 2 bad input (one clear message, no traceback).
+Exit codes of run and nightly (interfaces.md): 0 a backend under test passed and nothing failed, 1
+something failed or errored, 2 bad input (one clear message, no traceback), 4 nothing was verified
+(every backend under test not_run, not_supported or not_verified). The last line says which.
 """
 from __future__ import annotations
 
@@ -8,7 +10,30 @@ import argparse
 import sys
 from pathlib import Path
 
+from .disposition import ERROR, FAILED, NOT_VERIFIED, PASSED, Disposition
 from .errors import ScenarioError
+
+EXIT_CODES = {PASSED: 0, FAILED: 1, ERROR: 1, NOT_VERIFIED: 4}
+LAST_LINE = {PASSED: "OK", FAILED: "FAILED", ERROR: "ERROR", NOT_VERIFIED: "NOT VERIFIED"}
+
+
+def _finish(verdict: Disposition, text: str) -> int:
+    print(f"# {LAST_LINE[verdict]}: {text}")
+    return EXIT_CODES[verdict]
+
+
+def _points(some: int, total: int) -> str:
+    """"2 scenario points", "1 of 3 scenario points"."""
+    return f"{some if some == total else f'{some} of {total}'} scenario point{'' if total == 1 else 's'}"
+
+
+def _backend_counts(results) -> str:
+    """"3 passed, 2 not run": every backend of every point, by disposition, in the enum's order."""
+    counts = {d: 0 for d in Disposition}
+    for r in results:
+        for d in r.disposition.values():
+            counts[Disposition(d)] += 1
+    return ", ".join(f"{n} {d.replace('_', ' ')}" for d, n in counts.items() if n)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -58,9 +83,8 @@ def _cmd_run(args) -> int:
     else:
         camp = run_campaign(args.scenarios, out=args.out, jobs=args.jobs, resume=args.resume,
                             shard=parse_shard(args.shard), backends=backends, quiet=args.quiet)
-    n_backend = {"passed": 0, "failed": 0, "not_run": 0, "not_supported": 0}
-    for r in camp.results:
-        if not args.quiet:
+    if not args.quiet:
+        for r in camp.results:
             print(f"\n== {r.name}  ({r.path})")
             for b, d in r.disposition.items():
                 reason = f" — {r.reasons[b]}" if r.reasons.get(b) else ""
@@ -73,24 +97,22 @@ def _cmd_run(args) -> int:
             for inj in getattr(r, "injections", []):
                 print(f"   inject {inj['detail']}")
             print(format_table(r.errors))
-        for d in r.disposition.values():
-            n_backend[d] = n_backend.get(d, 0) + 1
-    n_points = len(camp.results)
-    bad = [r for r in camp.results if not r.passed]
-    checks = getattr(camp, "checks", {})
+    checks = camp.checks
     bad_checks = [name for name, (ok, _) in checks.items() if not ok]
     if checks and not args.quiet:
         print(f"\n== cross-scenario invariance checks: {len(checks) - len(bad_checks)} of {len(checks)} passed")
         for name in bad_checks:
             print(f"   check FAILED {name}: {checks[name][1]}")
-    counts = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in n_backend.items() if v)
-    resumed = f", {len(camp.skipped)} resumed" if camp.skipped else ""
+    verdict = camp.verdict
+    n_points = len(camp.results)
+    of = _points(sum(r.verdict == verdict for r in camp.results), n_points)
+    counts = _backend_counts(camp.results) + (f", {len(camp.skipped)} resumed" if camp.skipped else "")
     invariance = f", {len(bad_checks)} of {len(checks)} invariance checks failed" if bad_checks else ""
-    if bad or bad_checks:
-        print(f"# FAILED: {len(bad)} of {n_points} scenario points failed ({counts}{resumed}){invariance}")
-        return 1
-    print(f"# OK: {n_points} scenario points passed ({counts}{resumed})")
-    return 0
+    text = {PASSED: f"{of} passed ({counts})",
+            FAILED: f"{of} failed ({counts}){invariance}",
+            ERROR: f"{of} had a backend error ({counts}){invariance}",
+            NOT_VERIFIED: f"no backend under test was verified in {_points(n_points, n_points)} ({counts})"}
+    return _finish(verdict, text[verdict])
 
 
 def _run_injected(args, backends):
@@ -107,30 +129,24 @@ def _run_injected(args, backends):
 
 def _cmd_nightly(args) -> int:
     from .nightly import run_nightly
+    from .disposition import combine
     camp, found = run_nightly(args.suite, out=args.out, junit=args.junit, baseline=args.baseline,
                               factor=args.regression_factor, jobs=args.jobs, quiet=args.quiet)
-    counts: dict = {}
-    for r in camp.results:
-        for d in r.disposition.values():
-            counts[d] = counts.get(d, 0) + 1
-        if not args.quiet:
+    if not args.quiet:
+        for r in camp.results:
             for b, d in r.disposition.items():
-                if d != "passed":
+                if d != PASSED:
                     print(f"{r.name} {b}: {d} {r.reasons.get(b, '')}")
     for f in found:
         print(f"regression: {f}")
     bad_checks = [n for n, (ok, _) in camp.checks.items() if not ok]
     for n in bad_checks:
         print(f"check FAILED {n}: {camp.checks[n][1]}")
-    text = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in sorted(counts.items()))
-    failed = counts.get("failed", 0) + len(found) + len(bad_checks) + sum(not all(r.checks.values()) for r in camp.results)
-    if failed:
-        print(f"# FAILED: nightly, {len(camp.results)} scenario points ({text}), {len(found)} regressions, "
-              f"{len(bad_checks)} invariance checks failed")
-        return 1
-    print(f"# OK: nightly, {len(camp.results)} scenario points ({text}), 0 regressions, "
-          f"{len(camp.checks)} invariance checks passed")
-    return 0
+    verdict = combine([camp.verdict] + ([FAILED] if found else []))
+    n = len(camp.results)
+    return _finish(verdict, f"nightly, {_points(n, n)} ({_backend_counts(camp.results)}), "
+                            f"{len(found)} regressions, {len(camp.checks) - len(bad_checks)} of {len(camp.checks)} "
+                            f"invariance checks passed")
 
 
 def _cmd_report(args) -> int:

@@ -9,6 +9,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from .campaign import Campaign, run_campaign
+from .disposition import ERROR, FAILED, PASSED
 from .errors import ScenarioError
 
 SUMMARY_NAME = "nightly.json"
@@ -19,7 +20,7 @@ def summarize(camp: Campaign) -> dict:
     out = {}
     for r in camp.results:
         t = r.errors[(r.errors.other == "golden") & (r.errors.expert == -1)]
-        out[r.name] = {b: {"disposition": d, "reason": r.reasons.get(b, ""),
+        out[r.name] = {b: {"disposition": str(d), "reason": r.reasons.get(b, ""),
                            "rel_fro": {row.tensor: float(row.rel_fro) for row in t[t.backend == b].itertuples()}}
                        for b, d in r.disposition.items()}
     return out
@@ -39,15 +40,16 @@ def load_baseline(path) -> dict:
 
 def regressions(summary: dict, baseline: dict, factor: float) -> list[str]:
     """Errors that grew more than `factor` times (with a floor of 1e-12), and backends that passed
-    in the baseline but fail now."""
+    in the baseline but fail or raise now."""
     found = []
     for scenario, backends in summary.items():
         for backend, now in backends.items():
             before = baseline.get(scenario, {}).get(backend)
             if not before:
                 continue
-            if before["disposition"] == "passed" and now["disposition"] == "failed":
-                found.append(f"{scenario} {backend}: passed in the baseline, failed now ({now['reason']})")
+            if before["disposition"] == PASSED and now["disposition"] in (FAILED, ERROR):
+                found.append(f"{scenario} {backend}: passed in the baseline, {now['disposition']} now "
+                             f"({now['reason']})")
             for tensor, value in now["rel_fro"].items():
                 old = before["rel_fro"].get(tensor)
                 if old is not None and value > factor * max(old, 1e-12):
@@ -57,20 +59,24 @@ def regressions(summary: dict, baseline: dict, factor: float) -> list[str]:
 
 
 def junit_xml(camp: Campaign, found: list[str]) -> ET.ElementTree:
-    """One testcase per (scenario point, backend); not_run/not_supported are <skipped>, never passes."""
+    """One testcase per (scenario point, backend): failed is <failure>, error <error>; not_verified,
+    not_run and not_supported are <skipped> with the reason, never passes."""
     suite = ET.Element("testsuite", name="moenum-nightly")
-    counts = {"tests": 0, "failures": 0, "skipped": 0}
+    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for r in camp.results:
         for backend, disposition in r.disposition.items():
             case = ET.SubElement(suite, "testcase", classname=r.name, name=backend,
                                  time=f"{r.seconds.get(backend, 0.0):.3f}")
             counts["tests"] += 1
             mine = [f for f in found if f.startswith(f"{r.name} {backend}")]
-            if disposition == "failed" or mine:
+            if disposition == ERROR:
+                counts["errors"] += 1
+                ET.SubElement(case, "error", message=r.reasons.get(backend, "")).text = "\n".join(mine)
+            elif disposition == FAILED or mine:
                 counts["failures"] += 1
                 ET.SubElement(case, "failure", message=r.reasons.get(backend) or "; ".join(mine)).text = \
                     "\n".join(mine)
-            elif disposition in ("not_run", "not_supported"):
+            elif disposition != PASSED:
                 counts["skipped"] += 1
                 ET.SubElement(case, "skipped", message=f"{disposition}: {r.reasons.get(backend, '')}")
     for name, (ok, detail) in camp.checks.items():

@@ -21,15 +21,16 @@ def git_sha() -> str:
 
 @functools.lru_cache(maxsize=1)
 def gpu_description() -> str:
+    """The CUDA device this module runs on (name, sm, driver, runtime, cuBLASLt), or "none"."""
     from . import _core
-    describe = getattr(_core, "gpu_description", None)
-    return describe() if describe else "none"
+    return _core.gpu_description()
 
 
 def root_attributes(scenario_yaml: str) -> dict:
     from . import _core
+    from .results_io import SCHEMA_VERSION
     return {
-        "schema_version": 1,
+        "schema_version": SCHEMA_VERSION,
         "moenum_version": _core.__version__,
         "git_sha": git_sha(),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -8,6 +8,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from .disposition import PASSED, Disposition, verdict
+
 
 @dataclass
 class RunResult:
@@ -25,9 +27,14 @@ class RunResult:
     injections: list = field(default_factory=list)  # fault injections of this run and their outcomes
 
     @property
+    def verdict(self) -> Disposition:
+        """passed (a backend under test passed, nothing failed), failed, error (a backend raised), or
+        not_verified (no backend under test passed: not run, not supported or not verified)."""
+        return verdict(self.disposition, all(self.checks.values()))
+
+    @property
     def passed(self) -> bool:
-        """No backend failed and every check passed (not_run/not_supported are not failures)."""
-        return all(d != "failed" for d in self.disposition.values()) and all(self.checks.values())
+        return self.verdict == PASSED
 
     def tensor(self, backend: str, name: str) -> np.ndarray:
         """Read one output (or `stages/<name>`) of one backend from the results file."""

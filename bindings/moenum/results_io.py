@@ -109,7 +109,7 @@ def write_results(path, attrs: dict, prepared, results: dict, table: pd.DataFram
             res = f.create_group("results")
             for backend, r in results.items():
                 g = res.create_group(backend)
-                g.attrs.update({"disposition": r["disposition"], "reason": r.get("reason", ""),
+                g.attrs.update({"disposition": str(r["disposition"]), "reason": r.get("reason", ""),
                                 "seconds": float(r.get("seconds", 0.0))})
                 for key, value in r.get("attrs", {}).items():
                     g.attrs[key] = value

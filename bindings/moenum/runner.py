@@ -1,22 +1,22 @@
 """Run one scenario point: prepare inputs, run every backend, verify, write the results file."""
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
 
-from . import _core
+from . import _core, traits
+from .disposition import ERROR, FAILED, NOT_SUPPORTED, NOT_VERIFIED, PASSED, ran_ok
 from .errors import ScenarioError
 from .provenance import root_attributes
 from .ranks import partial_experts, results_attributes
 from .result import RunResult
 from .results_io import result_path, table_to_records, write_results
 from .scenario import Scenario, load_scenarios, to_core
-from .verify import (NO_STAGE_CHECKS, error_table, expected_shapes, fill_bound_violations, output_checks,
-                     recipe_error_check, stage_checks, stage_table, weights_layout_check)
+from .verify import (error_table, expected_shapes, fill_bound_violations, output_checks, recipe_error_check,
+                     stage_checks, stage_table, weights_layout_check)
 
-FINAL_DISPOSITIONS = ("passed", "failed", "not_run", "not_supported")
+UNCHECKED = "no check verified it"
 
 
 def _check_alignment(sc: Scenario, prepared) -> None:
@@ -35,24 +35,29 @@ def _check_alignment(sc: Scenario, prepared) -> None:
                            f"(use router, module or hybridep padding)")
 
 
-def _run_backend(name: str, core_sc, prepared, sc: Scenario | None = None, keep_stages: bool | None = None) -> dict:
-    if name.startswith("torch:"):
-        return {"disposition": "not_supported", "reason": "torch callables are not wired yet"}
-    if name not in _core.backend_names():  # a GPU backend in a build without CUDA
-        return {"disposition": "not_run", "reason": "this moenum was built without CUDA (MOENUM_CUDA=OFF or no nvcc)"}
+def _config_error(sc: Scenario, e) -> ScenarioError:
+    """A C++ ConfigError as the loader's errors read: file:line: key: message (exit code 2)."""
+    return sc.error(e.key, e.message) if e.key else ScenarioError(e.message, sc.file)
+
+
+def _run_backend(name: str, core_sc, prepared, sc: Scenario, keep_stages: bool | None = None) -> dict:
+    """One backend's outputs with a provisional disposition: an oracle that ran to completion passed;
+    a backend under test is not_verified until its checks pass. A backend that raises is an error."""
+    if traits.is_external(name):
+        return {"disposition": NOT_SUPPORTED, "reason": "torch callables are not wired yet"}
     ok, disposition, reason = _core.backend_availability(name, core_sc)
     if not ok:
         return {"disposition": disposition, "reason": reason}
     try:
         out = _core.run_backend(name, prepared, keep_stages)
     except _core.ConfigError as e:  # bad input found by a backend: exit 2, like the loader's errors
-        if sc is None:
-            raise ScenarioError(str(e)) from None
-        raise sc.error(_guess_key(str(e)), str(e)) from None
-    except (_core.InternalError, RuntimeError, MemoryError) as e:
-        return {"disposition": "failed", "reason": f"{type(e).__name__}: {e}"}
-    out["disposition"] = "passed"  # provisional: verification may fail it
-    out["reason"] = ""
+        raise _config_error(sc, e) from None
+    except Exception as e:  # noqa: BLE001 - whatever the backend raised is its error, reported with it
+        return {"disposition": ERROR, "reason": f"{type(e).__name__}: {e}"}
+    if traits.under_test(name):
+        out["disposition"], out["reason"] = NOT_VERIFIED, UNCHECKED
+    else:
+        out["disposition"], out["reason"] = PASSED, ""
     return out
 
 
@@ -74,9 +79,7 @@ def run(scenario, out="results", backends: list[str] | None = None, inject=None)
     sc: Scenario = scenario
     cfg = sc.config
     names = list(backends or cfg["backends"])
-    from .scenario import GPU_BACKENDS
-    unknown = [b for b in names
-               if b not in _core.backend_names() and b not in GPU_BACKENDS and not b.startswith("torch:")]
+    unknown = [b for b in names if not traits.known(b)]
     if unknown:
         raise ScenarioError(f"unknown backend(s) {', '.join(unknown)} (known: "
                             f"{', '.join(_core.backend_names())})", key="--backends")
@@ -92,39 +95,39 @@ def run(scenario, out="results", backends: list[str] | None = None, inject=None)
     injected_backends = {inj.backend for inj in injections}
 
     def keep_stages(name: str) -> bool:
-        checked = name not in NO_STAGE_CHECKS or name in injected_backends
+        checked = traits.under_test(name) or name in injected_backends
         return cfg["output"]["intermediates"] or (check_stages and checked)
 
     core_sc = to_core(sc)
     try:
         prepared = _core.prepare(core_sc)
     except _core.ConfigError as e:
-        raise sc.error(_guess_key(str(e)), str(e)) from None
+        raise _config_error(sc, e) from None
     _check_alignment(sc, prepared)
 
     results, checks = {}, {}
     shapes = expected_shapes(cfg)
     for name in names:
-        t0 = time.perf_counter()
         r = _run_backend(name, core_sc, prepared, sc, keep_stages(name))
-        r.setdefault("seconds", time.perf_counter() - t0)
-        if r["disposition"] == "passed":
+        if ran_ok(r["disposition"]):
             c = output_checks(name, r, shapes)
             checks.update(c)
             if not all(ok for ok, _ in c.values()):
-                r["disposition"], r["reason"] = "failed", next(d for ok, d in c.values() if not ok)
+                r["disposition"], r["reason"] = FAILED, next(d for ok, d in c.values() if not ok)
         results[name] = r
 
     applied = [(inj, inject_mod.apply(inj, results)) for inj in injections]
 
     table = error_table(results, names, baseline, prepared.topk_idx, partial_experts(cfg))
+    # A sanity bound against golden: far from the arithmetic's error, so it can fail a backend but
+    # never verify one.
     for name in names:
-        if name != "golden" and results[name]["disposition"] == "passed":
+        if name != "golden" and ran_ok(results[name]["disposition"]):
             c = recipe_error_check(name, cfg["recipe"]["name"], table)
             checks.update(c)
             failed = [d for ok, d in c.values() if not ok]
             if failed:
-                results[name]["disposition"], results[name]["reason"] = "failed", failed[0]
+                results[name]["disposition"], results[name]["reason"] = FAILED, failed[0]
     reports = {}
     if check_stages:
         probes = {}
@@ -133,20 +136,28 @@ def run(scenario, out="results", backends: list[str] | None = None, inject=None)
         stage_c, reports = stage_checks(cfg, prepared, results, names,
                                         include=[inj.backend for inj in injections], probes=probes)
         checks.update(stage_c)
-        for name in reports:
+        for name, report in reports.items():
             ok, detail = stage_c[f"stage.{name}"]
-            if not ok and results[name]["disposition"] == "passed":
-                results[name]["disposition"], results[name]["reason"] = "failed", detail
+            r = results[name]
+            if not ok:
+                r["disposition"], r["reason"] = FAILED, detail
+            elif r["disposition"] == NOT_VERIFIED:
+                checked = any(sr.status != "skipped" for sr in report)
+                r["disposition"], r["reason"] = (PASSED, "") if checked else (NOT_VERIFIED, detail)
         table = fill_bound_violations(table, reports, baseline)
+    else:
+        for r in results.values():
+            if r["disposition"] == NOT_VERIFIED:
+                r["reason"] = "stage checks off (verify.stages: false): no check verified it"
     if verify_cfg.get("invariance", True):
         for name in names:
-            if results[name]["disposition"] != "passed":
+            if not ran_ok(results[name]["disposition"]):
                 continue
             c = weights_layout_check(name, results[name], lambda n=name: _rerun_other_layout(sc, n))
             if c is not None:
                 checks[f"invariance.weights.{name}"] = c
                 if not c[0]:
-                    results[name]["disposition"], results[name]["reason"] = "failed", c[1]
+                    results[name]["disposition"], results[name]["reason"] = FAILED, c[1]
     injected = []
     for inj, info in applied:
         checks[inj.check_name] = inject_mod.outcome(inj, info, reports.get(inj.backend))
@@ -182,7 +193,7 @@ def _rerun_other_layout(sc: Scenario, name: str) -> dict:
     core_sc = to_core(sc)
     core_sc.weights = "discrete" if sc.config["weights"] == "single" else "single"
     core_sc.output.intermediates = False
-    return _run_backend(name, core_sc, _core.prepare(core_sc))
+    return _run_backend(name, core_sc, _core.prepare(core_sc), sc)
 
 
 def _full_diffs(results, names, baseline):
@@ -193,9 +204,3 @@ def _full_diffs(results, names, baseline):
         if ra and rb:
             diffs[f"{a}__vs__{b}"] = {t: v - rb[t][0] for t, (v, _) in ra.items() if t in rb}
     return diffs
-
-
-def _guess_key(message: str) -> str | None:
-    """C++ ConfigErrors read "scenario 'x': key: what"; pull the key out for the line lookup."""
-    parts = message.split(": ")
-    return parts[1] if len(parts) >= 3 else None

@@ -177,24 +177,14 @@ def _check_combinations(cfg: dict, err) -> None:
             raise err("routing.skew.counts", f"a count ({max(counts)}) exceeds tokens ({cfg['tokens']})")
     if skew["kind"] == "hot" and skew["experts"] > m["experts"]:
         raise err("routing.skew.experts", f"hot experts ({skew['experts']}) exceed experts ({m['experts']})")
-    known_backends = _known_backends()
+    from . import _core, traits
     for b in cfg["backends"]:
-        if not (b in known_backends or b.startswith("torch:")):
-            raise err("backends", f"unknown backend '{b}' (known: {', '.join(sorted(known_backends))})")
+        if not traits.known(b):
+            raise err("backends", f"unknown backend '{b}' (known: {', '.join(_core.backend_names())})")
     if len(set(cfg["backends"])) != len(cfg["backends"]):
         raise err("backends", "lists a backend twice")
     if cfg["compare"]["baseline"] not in cfg["backends"]:
         raise err("compare.baseline", f"baseline '{cfg['compare']['baseline']}' is not among the backends")
-
-
-# GPU backends are valid names even in a build without CUDA: they report not_run there, so one
-# scenario file serves CPU-only machines and GPU machines alike.
-GPU_BACKENDS = ("gpu.grouped", "gpu.multistream")
-
-
-def _known_backends() -> set:
-    from . import _core
-    return set(_core.backend_names()) | set(GPU_BACKENDS)
 
 
 def _validate_inputs(data, err) -> dict:

@@ -118,10 +118,10 @@ SCHEMA: dict[str, Any] = {
         "intermediates": Key(bool, False),
         "diffs": Key(str, "summary", choices=("summary", "full")),
     },
-    # issue 5 verification engine (moenum.verify, moenum.stages): teacher-forced stage checks of the
-    # backends under test (they keep their stage tensors while they run; the tensors are written to
-    # the file only with output.intermediates), and the per-point invariance reruns (single vs
-    # discrete weights for the layout-sensitive GPU backends).
+    # Verification (moenum.verify, moenum.stages): teacher-forced stage checks of the backends under
+    # test (they keep their stage tensors while they run; the tensors are written to the file only
+    # with output.intermediates; without stage checks they are not_verified), and the per-point
+    # invariance reruns (single vs discrete weights for the layout-sensitive backends).
     "verify": {
         "stages": Key(bool, True),
         "invariance": Key(bool, True),

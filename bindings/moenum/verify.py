@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import _core
+from . import _core, traits
+from .disposition import ran_ok
 
 # The error table's columns (interfaces.md); the statistics come from core/verify/error_stats.h.
 COLUMNS = ["backend", "other", "tensor", "expert", "n", "max_abs", "max_rel", "mean_abs", "rel_fro",
@@ -107,15 +108,12 @@ def expected_shapes(cfg: dict) -> dict:
 
 # ---- teacher-forced stage checks (numerics.md §7), bound violations, the stage table ----------------
 
-# Backends whose stages are not checked by default: golden is fp64 without the recipe's rounding
-# points; reference is the oracle the checks recompute (checking it is a self-test of the harness,
-# tests/python/test_verify_stages.py; an injection into it turns its check on).
-NO_STAGE_CHECKS = ("golden", "reference")
-
-
 def stage_checks(cfg: dict, prepared, results: dict, backends: list[str], include=(), probes=None) -> tuple[dict, dict]:
-    """Run the stage checks (core/verify) over every backend under test that ran (not golden, not
-    reference unless named in `include`). probes: backend -> [(tensor, index)] elements to report.
+    """Run the stage checks (core/verify) over every backend under test that ran. The oracles are not
+    checked: golden is fp64 without the recipe's rounding points; reference is the oracle the checks
+    recompute (checking it is a self-test of the harness, tests/python/test_verify_stages.py; naming
+    it in `include`, as an injection into it does, turns its check on). probes: backend ->
+    [(tensor, index)] elements whose classes are reported (planted faults).
 
     Returns (checks, reports): checks `stage.<backend>` -> (passed, detail) and reports backend -> list
     of stages.StageResult (class counts, first failing element)."""
@@ -124,9 +122,9 @@ def stage_checks(cfg: dict, prepared, results: dict, backends: list[str], includ
     checks, reports = {}, {}
     for name in backends:
         r = results.get(name)
-        if name == "golden" or (name in NO_STAGE_CHECKS and name not in include):
+        if name == "golden" or not (traits.under_test(name) or name in include):
             continue
-        if not r or "outputs" not in r or r["disposition"] != "passed":
+        if not r or "outputs" not in r or not ran_ok(r["disposition"]):
             continue
         reports[name], (passed, detail, _) = stages.check_backend(name, prepared, r, sample,
                                                                  (probes or {}).get(name, ()))
@@ -174,9 +172,6 @@ def records_to_table(records: np.ndarray) -> pd.DataFrame:
 # ---- invariance checks --------------------------------------------------------------------------
 
 OUTPUTS = ("y", "dx", "dw1", "dw2", "db1", "db2", "dprobs")
-# Backends whose result could depend on the weights layout (one grouped tensor vs one per expert):
-# the runner reruns them with the other layout. The CPU backends never look at it.
-LAYOUT_SENSITIVE_PREFIXES = ("gpu.",)
 
 
 def _identical(a: np.ndarray, b: np.ndarray) -> tuple[bool, str]:
@@ -206,8 +201,8 @@ def compare_outputs(out_a: dict, out_b: dict) -> tuple[bool, str]:
 
 def weights_layout_check(name: str, result: dict, rerun) -> tuple[bool, str] | None:
     """Single vs discrete weights for one backend of one point: `rerun()` runs it with the other layout.
-    None when the backend does not look at the layout (the CPU backends: trivially invariant)."""
-    if not name.startswith(LAYOUT_SENSITIVE_PREFIXES) or "outputs" not in result:
+    None when the backend does not look at the layout (its traits say so: trivially invariant)."""
+    if not traits.layout_sensitive(name) or "outputs" not in result:
         return None
     other = rerun()
     if "outputs" not in other:
@@ -260,9 +255,9 @@ def invariance_checks(results) -> dict:
     golden                   golden's outputs across every point with the same inputs and routing (any
                              dispatch, padding, EP, weights, recipe): identical.
     A point simulating a subset of the EP ranks (dispatch.ranks) only joins points that computed the
-    same experts. Returns {check name: (passed, detail)}, one per group with at least two points; names are
-    `invariance.<kind>(<the parameters the group shares>)`. Backends that did not pass in a point are
-    left out of that point's comparisons."""
+    same experts. Returns {check name: (passed, detail)}, one per group with at least two points; names
+    are `invariance.<kind>(<the parameters the group shares>)`. Backends that failed, errored or did not
+    run in a point are left out of that point's comparisons."""
     points = []
     for r in results:
         try:
@@ -286,11 +281,11 @@ def invariance_checks(results) -> dict:
             details, ok = [], True
             backends = ["golden"] if which == "golden" else list(first_r.disposition)
             for b in backends:
-                if first_r.disposition.get(b) != "passed":
+                if not ran_ok(first_r.disposition.get(b)):
                     continue
                 ref = _read_outputs(first_r, b)
                 for r, _ in members[1:]:
-                    if r.disposition.get(b) != "passed":
+                    if not ran_ok(r.disposition.get(b)):
                         continue
                     same, why = compare_outputs(ref, _read_outputs(r, b))
                     if not same:

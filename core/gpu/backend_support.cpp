@@ -8,14 +8,10 @@ namespace moenum::gpu {
 Availability gpu_support(const Scenario& sc, const GpuCaps& caps) {
   Availability dev = cuda_availability();
   if (!dev.ok) return dev;
-  auto no = [](std::string why) { return Availability{false, "not_supported", std::move(why)}; };
-  if (sc.recipe.name != "bf16" && sc.recipe.name != "mxfp8")
-    return no("recipe " + sc.recipe.name + " is not implemented on the GPU (bf16 and mxfp8 only)");
+  auto no = [](std::string why) { return Availability::not_supported(std::move(why)); };
   if (sc.model.activation != "swiglu") return no("activation " + sc.model.activation + " (swiglu only)");
   if (sc.model.hidden % 8 || sc.model.ffn % 8)
     return no("hidden and ffn must be multiples of 8 (16-byte aligned rows for TMA/cuBLASLt)");
-  if (sc.recipe.bias_mode == "epilogue" && !caps.fc1_bias_epilogue_ok)
-    return no("bias_mode epilogue: this backend adds the bias separately (TE grouped-tensor path)");
   if (caps.needs_sm90 && device_sm() != 90)
     return no("the CUTLASS grouped GEMM is built for sm_90a; this device is sm_" + std::to_string(device_sm()));
   return {};
@@ -26,7 +22,7 @@ MxRecipe mx_recipe(const Scenario& sc, const DispatchPlan& plan) {
   if (sc.recipe.name != "mxfp8") return mx;
   mx.on = true;
   auto err = [&](const std::string& key, const std::string& what) {
-    throw ConfigError("scenario '" + sc.name + "': " + key + ": " + what);
+    throw ConfigError(key, what, sc.name);
   };
   const auto& r = sc.recipe;
   if (r.grad_format == "e4m3") mx.grad = Fp8Format::E4M3;

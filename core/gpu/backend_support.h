@@ -1,5 +1,6 @@
-// What the GPU backends can run, as an Availability: no device -> not_run; a recipe, bias mode or
-// shape they do not implement -> not_supported with the reason. Shared by both GPU backends.
+// What the GPU backends can run beyond their traits' recipes and bias modes, as an Availability: no
+// device -> not_run; an activation, shape or device they do not handle -> not_supported with the
+// reason. Shared by both GPU backends.
 #pragma once
 #include "grouped_mlp.h"
 #include "moenum/backend.h"
@@ -7,8 +8,7 @@
 namespace moenum::gpu {
 
 struct GpuCaps {
-  bool needs_sm90 = false;             // CUTLASS sm_90a kernels
-  bool fc1_bias_epilogue_ok = false;   // bias_mode epilogue supported
+  bool needs_sm90 = false;  // CUTLASS sm_90a kernels
 };
 
 Availability gpu_support(const Scenario& sc, const GpuCaps& caps);

@@ -1,5 +1,6 @@
 #include "device.h"
 
+#include <cublasLt.h>
 #include <cuda_runtime.h>
 
 namespace moenum::gpu {
@@ -11,7 +12,7 @@ Availability cuda_availability() {
     (void)cudaGetLastError();
     std::string why = "no CUDA device";
     if (e != cudaSuccess) why += std::string(" (") + cudaGetErrorString(e) + ")";
-    return {false, "not_run", why};
+    return Availability::not_run(why);
   }
   return {};
 }
@@ -33,7 +34,7 @@ std::string device_description() {
   cudaDriverGetVersion(&drv);
   cudaRuntimeGetVersion(&rt);
   return std::string(p.name) + " sm_" + std::to_string(p.major * 10 + p.minor) + " driver " +
-         std::to_string(drv) + " runtime " + std::to_string(rt);
+         std::to_string(drv) + " runtime " + std::to_string(rt) + " cublasLt " + std::to_string(cublasLtGetVersion());
 }
 
 }  // namespace moenum::gpu

@@ -2,14 +2,15 @@
 #pragma once
 #include <string>
 
-#include "moenum/backend.h"
+#include "moenum/availability.h"
 
 namespace moenum::gpu {
 
 // not_run with reason "no CUDA device" when cudaGetDeviceCount fails or reports 0.
 Availability cuda_availability();
 
-// "NVIDIA H200 sm_90 driver 13000 runtime 13000" or "none".
+// "NVIDIA H200 sm_90 driver 13000 runtime 13000 cublasLt 130100" or "none" (the results files'
+// root attribute gpu, and each GPU result's attribute device).
 std::string device_description();
 
 // Compute capability major*10+minor of the current device, 0 if none.

@@ -13,7 +13,7 @@ namespace moenum {
 namespace {
 
 [[noreturn]] void config_error(const Scenario& sc, const std::string& key, const std::string& what) {
-  throw ConfigError("scenario '" + sc.name + "': " + key + ": " + what);
+  throw ConfigError(key, what, sc.name);
 }
 
 enum class Padding { none, router, router_post, module, hybridep };

@@ -18,7 +18,7 @@ namespace moenum {
 namespace {
 
 [[noreturn]] void config_error(const Scenario& sc, const std::string& key, const std::string& what) {
-  throw ConfigError("scenario '" + sc.name + "': " + key + ": " + what);
+  throw ConfigError(key, what, sc.name);
 }
 
 std::vector<double> normalised(std::vector<double> w) {

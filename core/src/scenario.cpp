@@ -9,7 +9,7 @@
 namespace moenum {
 namespace {
 void require(bool ok, const Scenario& sc, const std::string& key, const std::string& what) {
-  if (!ok) throw ConfigError("scenario '" + sc.name + "': " + key + ": " + what);
+  if (!ok) throw ConfigError(key, what, sc.name);
 }
 }  // namespace
 

@@ -109,7 +109,7 @@ TEST(CpuEigen, RegisteredWithTheRecipesOfTheReference) {
   sc.recipe.name = "fp8_block";
   const Availability av = make_backend("cpu.eigen")->available(sc);
   EXPECT_FALSE(av.ok);
-  EXPECT_EQ(av.disposition, "not_supported");
+  EXPECT_EQ(av.disposition, Disposition::not_supported);
 }
 
 TEST(CpuEigen, SameStagesAsTheReferenceElementwiseBitExactGemmsWithinBound) {

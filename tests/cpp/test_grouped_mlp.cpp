@@ -413,7 +413,7 @@ TEST(GroupedMlp, BackendsRegisteredAndReportGemmPaths) {
   sc.recipe.name = "fp8_block";  // no CPU emulation (mxfp8 has one: test_mxfp8_recipe.cpp)
   const Availability av = make_backend("reference")->available(sc);
   EXPECT_FALSE(av.ok);
-  EXPECT_EQ(av.disposition, "not_supported");
+  EXPECT_EQ(av.disposition, Disposition::not_supported);
 }
 
 // The CPU reference and the GPU kernels share activation.h; stored results and the GPU's elementwise

@@ -13,14 +13,14 @@ namespace {
 TEST(GpuErrors, NoDeviceMeansNotRun) {
   auto av = gpu::cuda_availability();
   if (av.ok) GTEST_SKIP() << "a GPU is present: the no-device path cannot be exercised here";
-  EXPECT_EQ(av.disposition, "not_run");
+  EXPECT_EQ(av.disposition, Disposition::not_run);
   EXPECT_NE(av.reason.find("no CUDA device"), std::string::npos);
   Scenario sc = make_scenario({});
   for (const char* name : {"gpu.grouped", "gpu.multistream"}) {
     auto be = make_backend(name);
     Availability a = be->available(sc);
     EXPECT_FALSE(a.ok) << name;
-    EXPECT_EQ(a.disposition, "not_run") << name;
+    EXPECT_EQ(a.disposition, Disposition::not_run) << name;
   }
 }
 
@@ -47,7 +47,7 @@ TEST(GpuErrors, UnsupportedRecipeIsNotSupported) {
   for (const char* name : {"gpu.grouped", "gpu.multistream"}) {
     Availability a = make_backend(name)->available(sc);
     EXPECT_FALSE(a.ok) << name;
-    EXPECT_EQ(a.disposition, "not_supported") << name;
+    EXPECT_EQ(a.disposition, Disposition::not_supported) << name;
   }
 }
 

@@ -218,3 +218,8 @@ def test_floor_examples_and_saturation():
     assert s[0, 0] == 127 and q[0, 0] == 0x7E and q[0, 1] == 0xB8
     q, s = mx.quantize(x, scale_rounding="rceil")  # rceil picks scale 2: 250 -> 256
     assert s[0, 0] == 128 and q[0, 0] == _core.fp8_encode(np.array([250.0], np.float32), "e4m3")[0]
+
+
+def test_mx_is_public():
+    import moenum
+    assert "mx" in moenum.__all__ and moenum.mx is mx

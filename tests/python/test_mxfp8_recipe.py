@@ -50,8 +50,10 @@ def mx_config(tiny_config, name, ep=1, padding="module", grad_format="e4m3", int
 
 
 def run(cfg, tmp_path):
+    """golden and reference only: both run to completion and every check holds; nothing is under test."""
     res = moenum.run(moenum.from_dict(cfg)[0], out=tmp_path)
-    assert res.passed, (res.disposition, res.reasons, res.check_details)
+    assert set(res.disposition.values()) == {"passed"} and res.verdict == "not_verified", \
+        (res.disposition, res.reasons, res.check_details)
     return res
 
 

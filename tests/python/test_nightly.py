@@ -1,6 +1,14 @@
-"""`moenum nightly`: JUnit report (not_run is <skipped>, never a pass), summary, regressions."""
+"""`moenum nightly`: JUnit report (not_run and not_verified are <skipped>, never a pass; error is
+<error>), summary, regressions, exit codes."""
 import json
 import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pandas as pd
+
+from moenum.campaign import Campaign
+from moenum.nightly import junit_xml
+from moenum.result import RunResult
 
 from conftest import moenum_cli
 
@@ -9,7 +17,7 @@ name: gate
 model: {experts: 4, hidden: 32, ffn: 32, topk: 2}
 tokens: 64
 dispatch: {ep: 2, padding: module, align: 16}
-backends: [golden, reference, gpu.grouped]
+backends: [golden, reference, cpu.eigen, gpu.grouped]
 sweep: {dispatch.padding: [module, hybridep]}
 """
 
@@ -51,3 +59,31 @@ def test_nightly_junit_summary_and_regression(tmp_path):
 
     bad = moenum_cli("nightly", "--suite", suite, "-o", tmp_path / "n3", "--baseline", tmp_path / "missing.json")
     assert bad.returncode == 2 and "missing.json: no such baseline file" in bad.stderr
+
+
+def test_nightly_without_stage_checks_verifies_nothing_exit_4(tmp_path):
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "gate.yaml").write_text(SUITE + "verify: {stages: false}\n")
+    junit = tmp_path / "junit.xml"
+    proc = moenum_cli("nightly", "--suite", suite, "-o", tmp_path / "night", "--junit", junit)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert proc.stdout.strip().splitlines()[-1].startswith("# NOT VERIFIED: nightly, 2 scenario points")
+    cpu = [c for c in ET.parse(junit).getroot().findall("testcase") if c.get("name") == "cpu.eigen"]
+    assert len(cpu) == 2
+    for c in cpu:
+        assert c.find("skipped").get("message").startswith("not_verified: ")
+
+
+def test_junit_one_element_per_disposition():
+    dispositions = {"golden": "passed", "cpu.eigen": "failed", "gpu.grouped": "error", "torch:m.f": "not_verified",
+                    "gpu.multistream": "not_run", "reference": "not_supported"}
+    r = RunResult(path=Path("p.h5"), name="p", errors=pd.DataFrame(), disposition=dispositions,
+                  reasons={b: f"why {b}" for b in dispositions})
+    root = junit_xml(Campaign(results=[r]), []).getroot()
+    kind = {c.get("name"): [e.tag for e in c] for c in root.findall("testcase")}
+    assert kind == {"golden": [], "cpu.eigen": ["failure"], "gpu.grouped": ["error"], "torch:m.f": ["skipped"],
+                    "gpu.multistream": ["skipped"], "reference": ["skipped"]}
+    assert (root.get("tests"), root.get("failures"), root.get("errors"), root.get("skipped")) == ("6", "1", "1", "3")
+    case = next(c for c in root.findall("testcase") if c.get("name") == "gpu.grouped")
+    assert case.find("error").get("message") == "why gpu.grouped"

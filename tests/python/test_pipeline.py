@@ -50,6 +50,17 @@ def test_smoke_run_writes_documented_layout(tmp_path):
         assert f["tables/errors"].dtype.names == tuple(COLUMNS)
 
 
+def test_gpu_attribute_describes_the_device_or_none(tmp_path, tiny_config):
+    res = run_cfg(tiny_config, tmp_path)
+    with h5py.File(res.path) as f:
+        gpu = f.attrs["gpu"]
+    assert gpu == moenum._core.gpu_description()
+    if not moenum._core.built_with_cuda:
+        assert gpu == "none"
+    elif gpu != "none":
+        assert " sm_" in gpu and " cublasLt " in gpu
+
+
 def test_error_table_reads_back_with_documented_columns(tmp_path, tiny_config):
     res = run_cfg(tiny_config, tmp_path)
     back = moenum.open_results(res.path)
@@ -144,6 +155,7 @@ def test_cli_failed_check_exits_1(tmp_path, tiny_config):
     from moenum.cli import main
     import yaml
     c = copy.deepcopy(tiny_config)
+    c["backends"] = ["golden", "reference", "cpu.eigen"]
     path = tmp_path / "t.yaml"
     path.write_text(yaml.safe_dump(c))
     assert main(["run", str(path), "-o", str(tmp_path), "-q"]) == 0
@@ -180,7 +192,7 @@ def test_kill_mid_run_never_leaves_truncated_file(tmp_path):
         "backends: [golden, reference]\noutput: {inputs: true, diffs: full}\n"
         "sweep: {seed: [1, 2, 3]}\n")
     out = tmp_path / "out"
-    assert moenum_cli("run", scenario, "-o", out, "-q").returncode == 0
+    assert moenum_cli("run", scenario, "-o", out, "-q").returncode == 4  # golden and reference: nothing under test
     complete = {p.name: p.read_bytes() for p in out.glob("*.h5")}
     assert len(complete) == 3
     for delay in (0.3, 0.8, 1.5, 2.5, 4.0):

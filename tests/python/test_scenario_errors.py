@@ -133,10 +133,15 @@ def test_existing_results_survive_bad_input(tmp_path, tiny_config):
 
 
 def test_router_padding_impossible_is_bad_input(tmp_path):
-    """Found while planning the dispatch (C++), still reported with the file, line and key."""
+    """Found while planning the dispatch (C++): the C++ ConfigError's key field names the line."""
     text = GOOD.replace("padding: none", "padding: router, align: 32")
     path = _write(tmp_path, text)
+    with pytest.raises(moenum._core.ConfigError) as info:
+        moenum._core.prepare(moenum.scenario.to_core(moenum.load_scenarios(path)[0]))
+    e = info.value
+    assert (e.key, e.scenario) == ("dispatch.padding", "bad-input") and "dispatch.padding" not in e.message
+    assert str(e) == f"scenario 'bad-input': dispatch.padding: {e.message}"
     proc = moenum_cli("run", path, "-o", tmp_path / "results")
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert f"{path}:6: dispatch.padding:" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.stderr == f"moenum: error: {path}:6: dispatch.padding: {e.message}\n"
     assert not list((tmp_path / "results").glob("*.h5"))

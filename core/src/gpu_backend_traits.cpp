@@ -1,0 +1,35 @@
+// The GPU backends' traits, compiled into every build: a build without CUDA still knows their names
+// and what they do (they report not_run there), so one scenario file serves every machine. The CUDA
+// build adds their factories (core/gpu/backend_*.cpp, MOENUM_REGISTER_BACKEND_FACTORY).
+#include "moenum/backend.h"
+#include "moenum/stage_names.h"
+
+namespace moenum {
+namespace {
+
+// Both keep every layer stage but act and out, which the fused activation and combine kernels never
+// write to memory (kernels/layer_kernels.h); under mxfp8 also the operand codes and scales.
+std::vector<std::string> gpu_stages() {
+  std::vector<std::string> s;
+  for (auto& name : all_stages())
+    if (name != "act" && name != "out") s.push_back(std::move(name));
+  return s;
+}
+
+BackendTraits gpu_traits(std::string name, std::vector<std::string> bias_modes) {
+  return {.name = std::move(name),
+          .role = BackendRole::under_test,
+          .device = DeviceKind::gpu,
+          .stages = gpu_stages(),
+          .layout_sensitive = true,  // one grouped weight tensor vs one pointer per expert
+          .recipes = {"bf16", "mxfp8"},
+          .bias_modes = std::move(bias_modes)};
+}
+
+// gpu.grouped adds FC1's bias separately (TE's grouped-tensor path); gpu.multistream can also fuse it
+// into the cuBLASLt epilogue.
+const BackendRegistrar grouped(gpu_traits("gpu.grouped", {"separate"}));
+const BackendRegistrar multistream(gpu_traits("gpu.multistream", {"separate", "epilogue"}));
+
+}  // namespace
+}  // namespace moenum
