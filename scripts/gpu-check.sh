@@ -3,8 +3,8 @@
 # memcheck on a subset), the GPU scenarios through `moenum run`, and the GEMM bench with its
 # torch._grouped_mm peer; logs go to $OUT (default build/gpu-check), a summary table is printed last.
 #
-#   scripts/gpu-check.sh [STAGE...]     stages: build tests sanitize scenarios verify nightly bench
-#                                       (default: all; verify and nightly need the scenarios stage's package)
+#   scripts/gpu-check.sh [STAGE...]     stages: build tests sanitize scenarios verify nightly scale bench
+#                                       (default: all; verify, nightly and scale need the scenarios stage's package)
 #
 # Offline machines: packages the machine lacks can sit in .gpudeps/ (ignored by git):
 #   nvidia_cutlass-*.whl   CUTLASS C++ headers (unpacked with pip --target, found via CUTLASS_INCLUDE_DIR)
@@ -17,7 +17,7 @@ ROOT=$PWD
 OUT=${OUT:-$ROOT/build/gpu-check}
 mkdir -p "$OUT"
 STAGES=("$@")
-[ ${#STAGES[@]} -eq 0 ] && STAGES=(build tests sanitize scenarios verify nightly bench)
+[ ${#STAGES[@]} -eq 0 ] && STAGES=(build tests sanitize scenarios verify nightly scale bench)
 want() { local s; for s in "${STAGES[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 export PATH="/usr/local/cuda/bin:$PATH"
 JOBS=$(nproc)
@@ -116,6 +116,16 @@ if want nightly && [ -d /tmp/moenum-py/moenum ]; then
   rc=$?
   [ $rc -eq 0 ] && note nightly ok "$((SECONDS - t0)) s; $(tail -1 "$OUT/nightly.log")" \
                 || note nightly FAILED "rc $rc; $(tail -1 "$OUT/nightly.log")"
+fi
+
+# ---- verification at production scale: a Qwen3-30B-A3B layer end to end (bench/verify_scale.py) -------
+if want scale && [ -d /tmp/moenum-py/moenum ]; then
+  t0=$SECONDS
+  PYTHONPATH=/tmp/moenum-py timeout 420 python3 bench/verify_scale.py --moenum "python3 -m moenum" --timeout 400 \
+    bench/scenarios/qwen3-30b-a3b.yaml >"$OUT/scale.md" 2>&1
+  rc=$?
+  row=$(tail -1 "$OUT/scale.md")
+  [ $rc -eq 0 ] && note scale ok "$((SECONDS - t0)) s; $row" || note scale FAILED "rc $rc; $row"
 fi
 
 # ---- bench: our engines and torch._grouped_mm on the same shapes, same run ------------------------
