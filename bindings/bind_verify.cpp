@@ -230,9 +230,14 @@ void bind(py::module_& m) {
     std::vector<ExpertStats> per;
     {
       py::gil_scoped_release release;
-      whole = error_stats(va, vb, g);
-      if (labels) per = error_stats_by_label(va, vb, g, *labels);
-      else if (leading_expert) per = error_stats_by_leading_dim(va, vb, g);
+      if (leading_expert) {
+        GroupedStats gs = error_stats_by_leading_dim(va, vb, g);
+        whole = gs.whole;
+        per = std::move(gs.per_expert);
+      } else {
+        whole = error_stats(va, vb, g);
+        if (labels) per = error_stats_by_label(va, vb, g, *labels);
+      }
     }
     py::list out;
     out.append(py::make_tuple(-1, stats_dict(whole)));

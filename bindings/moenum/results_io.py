@@ -13,7 +13,11 @@ from .errors import ScenarioError
 from .verify import COLUMNS
 
 SCHEMA_VERSION = 1
-COMPRESSION = {"compression": "gzip", "compression_opts": 4, "shuffle": True}
+# gzip (readable by every HDF5 tool) at its fastest level, with byte shuffling: bf16 values in float32
+# and integer arrays shrink 2-3x; fp32 and fp64 values barely compress (measured 0.87 of their size at
+# 30x the write time), so they are stored plainly.
+COMPRESSION = {"compression": "gzip", "compression_opts": 1, "shuffle": True}
+PLAIN_DTYPES = ("fp32", "fp64")
 STRING_COLUMNS = {"backend": 64, "other": 64, "tensor": 32, "disposition": 16}
 INT_COLUMNS = {"expert", "n", "ulp_le0", "ulp_le1", "ulp_le2", "ulp_gt2", "bitwise_equal",
                "bound_violations"}
@@ -26,7 +30,7 @@ def result_path(out_dir, scenario_name: str) -> Path:
 
 def _dataset(group, name, array, dtype_attr=None, compress=True):
     array = np.asarray(array)
-    kwargs = COMPRESSION if compress and array.size > 1024 else {}
+    kwargs = COMPRESSION if compress and array.size > 1024 and dtype_attr not in PLAIN_DTYPES else {}
     ds = group.create_dataset(name, data=array, **kwargs)
     if dtype_attr:
         ds.attrs["dtype"] = dtype_attr

@@ -31,14 +31,18 @@ struct ErrorStats {
 // `grid` at b's values.
 ErrorStats error_stats(const View& a, const View& b, Grid grid, const std::vector<int64_t>* index = nullptr);
 
-// Per-expert rows: for a tensor whose leading dim is the expert (dw1, dw2, db1, db2), or one whose
-// elements carry an expert label (dprobs: topk_idx). Returns one ErrorStats per expert 0..E-1 that
-// has elements (label -1: none), in expert order, with its expert id.
+// Per-expert rows: for a tensor whose leading dim is the expert (dw1, dw2, db1, db2: every expert and
+// the whole tensor, in one pass), or one whose elements carry an expert label (dprobs: topk_idx; one
+// ErrorStats per expert that has elements, label -1 = none), in expert order, with its expert id.
 struct ExpertStats {
   int64_t expert;
   ErrorStats stats;
 };
-std::vector<ExpertStats> error_stats_by_leading_dim(const View& a, const View& b, Grid grid);
+struct GroupedStats {
+  ErrorStats whole;
+  std::vector<ExpertStats> per_expert;
+};
+GroupedStats error_stats_by_leading_dim(const View& a, const View& b, Grid grid);
 std::vector<ExpertStats> error_stats_by_label(const View& a, const View& b, Grid grid,
                                               const std::vector<int64_t>& label);
 

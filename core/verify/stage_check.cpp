@@ -212,6 +212,7 @@ struct StageRun {
   const LayerContext& c;
   const TensorMap& t;
   const StageDesc& st;
+  std::string name;  // st.name, made once: record() runs for every element
   bool bit_exact;
   std::map<std::string, ProbeIndex> probes;  // tensor -> probes
   std::vector<ProbeResult>* probe_results;
@@ -371,7 +372,7 @@ void gemm_stage(const StageRun& run, int stage, const SampleSpec& sample, StageO
       if (M == 0) {  // an expert with no rows: its weight gradient is exactly zero
         for (int64_t i : rows)
           for (int64_t j = 0; j < cols; ++j)
-            run.record(ty, run.st.name, 0, flat_of(i, j), value.at(flat_of(i, j)), {0.0, 0.0, Interval{0.0, 0.0}},
+            run.record(ty, run.name, 0, flat_of(i, j), value.at(flat_of(i, j)), {0.0, 0.0, Interval{0.0, 0.0}},
                        grid, true, true);
         return;
       }
@@ -405,7 +406,7 @@ void gemm_stage(const StageRun& run, int stage, const SampleSpec& sample, StageO
           const auto [ref, pre] = post(c32, j, r.c64(int64_t(ii2), j));
           const Expected x{ref, pre, Interval{post(acc.lo, j, kNaN).first, post(acc.hi, j, kNaN).first}};
           const int64_t flat = flat_of(i, j);
-          run.record(ty, run.st.name, 0, flat, value.at(flat), x, grid, true, true);
+          run.record(ty, run.name, 0, flat, value.at(flat), x, grid, true, true);
         }
       }
     });
@@ -483,7 +484,7 @@ void combine_stage(const StageRun& run, StageOut& out) {
           acc = acc + v;
         }
         const int64_t flat = t * H + j;
-        run.record(parts[blk], run.st.name, 0, flat, value.at(flat), {round_act(acc, grid), acc, std::nullopt}, grid,
+        run.record(parts[blk], run.name, 0, flat, value.at(flat), {round_act(acc, grid), acc, std::nullopt}, grid,
                    true, true);
       }
   }
@@ -502,7 +503,7 @@ void bias_grad_stage(const StageRun& run, StageOut& out) {
     const int64_t s = c.seg_begin[e], M = c.seg_end[e] - s;
     if (M == 0) {
       for (int64_t j = 0; j < cols; ++j)
-        run.record(ty, run.st.name, 0, e * cols + j, value.at(e * cols + j), {0.0, 0.0, Interval{0.0, 0.0}},
+        run.record(ty, run.name, 0, e * cols + j, value.at(e * cols + j), {0.0, 0.0, Interval{0.0, 0.0}},
                    Grid::kF32, true, true);
       return;
     }
@@ -512,7 +513,7 @@ void bias_grad_stage(const StageRun& run, StageOut& out) {
     const so::GemmRef r = so::exact_gemm_ref(w, vals.transpose(), nullptr);
     for (int64_t j = 0; j < cols; ++j) {
       const Interval acc = accumulator_interval(r.c32(0, j), r.absprod(0, j), M);
-      run.record(ty, run.st.name, 0, e * cols + j, value.at(e * cols + j), {r.c32(0, j), r.c64(0, j), acc},
+      run.record(ty, run.name, 0, e * cols + j, value.at(e * cols + j), {r.c32(0, j), r.c64(0, j), acc},
                  Grid::kF32, true, true);
     }
   });
@@ -551,7 +552,7 @@ void dprobs_stage(const StageRun& run, StageOut& out) {
         K = F + H + 3;  // two dots rounded once each, then one fp32 addition
       }
       const int64_t flat = c.row_token[r] * c.k + c.row_slot[r];
-      run.record(ty, "dprobs", 0, flat, value.at(flat), {ref, kNaN, accumulator_interval(ref, S, K)}, Grid::kF32,
+      run.record(ty, run.name, 0, flat, value.at(flat), {ref, kNaN, accumulator_interval(ref, S, K)}, Grid::kF32,
                  true, true);
     }
   });
@@ -559,7 +560,7 @@ void dprobs_stage(const StageRun& run, StageOut& out) {
   for (int64_t flat = 0; flat < c.T * c.k; ++flat)
     if (!mapped[flat]) {
       Tally ty;
-      run.record(ty, "dprobs", 0, flat, value.at(flat), {0.0, kNaN, Interval{0.0, 0.0}}, Grid::kF32, true, true);
+      run.record(ty, run.name, 0, flat, value.at(flat), {0.0, kNaN, Interval{0.0, 0.0}}, Grid::kF32, true, true);
       out.all.merge(ty);
       out.per_expert[c.topk_idx[flat]].merge(ty);
     }
@@ -572,8 +573,9 @@ void mx_stage(const StageRun& run, StageOut& out) {
   const Operand op = Operand(run.st.operand);
   const layer::OperandDesc& od = op == Operand::kA ? layer::kGemms[run.st.gemm].a : layer::kGemms[run.st.gemm].b;
   const std::string name = run.st.name;
-  const View& codes = run.t.at(name + ".codes");
-  const View& scales = run.t.at(name + ".scales");
+  const std::string codes_name = name + ".codes", scales_name = name + ".scales";  // once, not per element
+  const View& codes = run.t.at(codes_name);
+  const View& scales = run.t.at(scales_name);
   const Fp8Format f = operand_format(c, od);
   const bool weight = layer::is_weight(od.source);
   std::vector<int64_t> es;
@@ -598,7 +600,7 @@ void mx_stage(const StageRun& run, StageOut& out) {
       dscale[si] = saved - ref;
       const Class cls = saved == ref ? Class::kBitwiseEqual
                         : std::abs(saved - ref) == 1 ? Class::kScaleOffByOne : Class::kBoundViolation;
-      run.note(ty, name + ".scales", 0, sp.scale0 + si, saved, ref, std::nullopt, cls, Grid::kF32, false, false);
+      run.note(ty, scales_name, 0, sp.scale0 + si, saved, ref, std::nullopt, cls, Grid::kF32, false, false);
     }
     for (int64_t i = 0; i < sp.rows; ++i)
       for (int64_t j = 0; j < cols; ++j) {
@@ -606,7 +608,7 @@ void mx_stage(const StageRun& run, StageOut& out) {
         const int saved = codes.code(sp.code0 + li), ref = q.codes[li];
         const Class cls = std::abs(dscale[scale_of(i, j)]) == 1 ? Class::kScaleOffByOne
                           : saved == ref ? Class::kBitwiseEqual : Class::kBoundViolation;
-        run.note(ty, name + ".codes", 1, sp.code0 + li, saved, ref, std::nullopt, cls, Grid::kF32, false, true);
+        run.note(ty, codes_name, 1, sp.code0 + li, saved, ref, std::nullopt, cls, Grid::kF32, false, true);
       }
   });
 }
@@ -775,7 +777,7 @@ std::vector<StageReport> check_stages(const LayerContext& c, const TensorMap& t,
       reports.push_back(std::move(rep));
       continue;
     }
-    StageRun run{c, t, st, st.kind == StageKind::kExact || mx, {}, &probe_results};
+    StageRun run{c, t, st, name, st.kind == StageKind::kExact || mx, {}, &probe_results};
     for (size_t p = 0; p < probes.size(); ++p)
       if (std::find(tensors.begin(), tensors.end(), probes[p].tensor) != tensors.end())
         run.probes[probes[p].tensor].by_flat[ravel(probes[p].index, t.at(probes[p].tensor).shape)] = p;
