@@ -98,7 +98,7 @@ if(MOENUM_BUILD_TESTS)
     include(GoogleTest)
     add_executable(moenum_gpu_tests ${MOENUM_GPU_TEST_SOURCES} ${MOENUM_LINK_OBJECTS})
     target_link_libraries(moenum_gpu_tests PRIVATE moenum_core moenum_gpu GTest::gtest GTest::gtest_main)
-    target_include_directories(moenum_gpu_tests PRIVATE core/include core/gpu tests/gpu)
+    target_include_directories(moenum_gpu_tests PRIVATE core/include core/gpu tests/gpu tests/cpp)
     target_compile_options(moenum_gpu_tests PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr --fmad=false>
                            $<$<COMPILE_LANGUAGE:CXX>:-ffp-contract=off>)
     # PRE_TEST: listing the tests happens under ctest, not at build time (CI builds without a GPU).

@@ -15,9 +15,12 @@
 #include "moenum/problem.h"
 #include "moenum/routing.h"
 #include "stage_ops.h"
+#include "test_util.h"
 
 using namespace moenum;
 using namespace moenum::reference;
+using moenum::testing::Prepared;
+using moenum::testing::run_backend;
 
 namespace {
 
@@ -35,35 +38,21 @@ double half_ulp_f32(double c) {
   return std::ldexp(1.0, std::max(e - 1, -126) - 24);
 }
 
-struct Prepared {
-  Scenario sc;
-  Problem prob;
-  Routing routing;
-  DispatchPlan plan;
-};
-
 Prepared prepare(const std::string& recipe) {
-  Prepared r;
-  r.sc.name = "cpu-eigen-test";
-  r.sc.seed = 11;
-  r.sc.tokens = 64;
-  r.sc.model.experts = 4;
-  r.sc.model.hidden = 64;
-  r.sc.model.ffn = 32;
-  r.sc.model.topk = 2;
-  r.sc.dispatch.ep = 2;
-  r.sc.dispatch.padding = "module";
-  r.sc.dispatch.align = 32;
-  r.sc.recipe.name = recipe;
-  r.sc.output.intermediates = true;
-  r.prob = generate_problem(r.sc);
-  r.routing = route(r.sc);
-  r.plan = plan_dispatch(r.sc, r.routing);
-  return r;
-}
-
-BackendResult run_backend(const std::string& name, const Prepared& r) {
-  return make_backend(name)->run(RunContext{r.sc, r.prob, r.routing, r.plan});
+  Scenario sc;
+  sc.name = "cpu-eigen-test";
+  sc.seed = 11;
+  sc.tokens = 64;
+  sc.model.experts = 4;
+  sc.model.hidden = 64;
+  sc.model.ffn = 32;
+  sc.model.topk = 2;
+  sc.dispatch.ep = 2;
+  sc.dispatch.padding = "module";
+  sc.dispatch.align = 32;
+  sc.recipe.name = recipe;
+  sc.output.intermediates = true;
+  return moenum::testing::prepare(std::move(sc));
 }
 
 }  // namespace

@@ -112,7 +112,10 @@ int64_t count_pad_rows(const DispatchPlan& plan, bool zero) {
   return n;
 }
 
+using moenum::testing::Prepared;
+using moenum::testing::prepare;
 using moenum::testing::rel_fro;
+using moenum::testing::run_backend;
 
 void expect_same_bits(const LayerResult& a, const LayerResult& b, const std::string& what) {
   ASSERT_EQ(a.outputs.size(), b.outputs.size()) << what;
@@ -393,25 +396,22 @@ TEST(GroupedMlp, Bf16StagesFollowTheRecipe) {
 TEST(GroupedMlp, BackendsRegisteredAndReportGemmPaths) {
   Scenario sc = make_scenario(256, 8, 128, 128, 2);
   sc.dispatch = {2, "module", 32};
-  const Problem prob = generate_problem(sc);
-  const Routing routing = route(sc);
-  const DispatchPlan plan = plan_dispatch(sc, routing);
-  const RunContext ctx{sc, prob, routing, plan};
+  Prepared p = prepare(sc);
   for (const std::string recipe : {"bf16", "fp32"}) {
-    sc.recipe.name = recipe;
+    p.sc.recipe.name = recipe;
     auto ref = make_backend("reference");
-    ASSERT_TRUE(ref->available(sc).ok);
-    const BackendResult r = ref->run(ctx);
+    ASSERT_TRUE(ref->available(p.sc).ok);
+    const BackendResult r = ref->run(p.context());
     EXPECT_EQ(r.outputs.size(), 7u);
     std::printf("reference %s: exact path %s of %s GEMM outputs (fraction %s); reductions %s; %.2f s\n",
                 recipe.c_str(), r.attrs.at("exact_path_outputs").c_str(), r.attrs.at("gemm_outputs").c_str(),
                 r.attrs.at("exact_path_fraction").c_str(), r.attrs.at("exact_path.reductions").c_str(), r.seconds);
     EXPECT_LT(std::stod(r.attrs.at("exact_path_fraction")), 1e-3);
   }
-  const BackendResult g = make_backend("golden")->run(ctx);
+  const BackendResult g = run_backend("golden", p);
   EXPECT_EQ(g.outputs.at("dx").dtype, "fp64");
-  sc.recipe.name = "fp8_block";  // no CPU emulation (mxfp8 has one: test_mxfp8_recipe.cpp)
-  const Availability av = make_backend("reference")->available(sc);
+  p.sc.recipe.name = "fp8_block";  // no CPU emulation (mxfp8 has one: test_mxfp8_recipe.cpp)
+  const Availability av = make_backend("reference")->available(p.sc);
   EXPECT_FALSE(av.ok);
   EXPECT_EQ(av.disposition, "not_supported");
 }

@@ -98,7 +98,10 @@ bool same_bits(const Tensor& a, const Tensor& b, int64_t begin = 0, int64_t end 
   return true;
 }
 
+using moenum::testing::Prepared;
+using moenum::testing::prepare;
 using moenum::testing::rel_fro;
+using moenum::testing::run_backend;
 
 // Router pad rows (real tokens, slot -1) of each expert in a plan.
 std::vector<int64_t> router_pad_rows(const DispatchPlan& plan, int64_t E) {
@@ -358,12 +361,10 @@ TEST(Mxfp8Recipe, StagesAreTheBytesTheGemmsWereFed) {
 TEST(Mxfp8Recipe, BackendRegisteredWithStages) {
   Scenario sc = make_scenario(128, 4, 64, 32, 2, 2, "hybridep", 32);
   sc.output.intermediates = true;
-  const Problem prob = generate_problem(sc);
-  const Routing routing = route(sc);
-  const DispatchPlan plan = plan_dispatch(sc, routing);
+  Prepared p = prepare(sc);
   auto ref = make_backend("reference");
   ASSERT_TRUE(ref->available(sc).ok) << ref->available(sc).reason;
-  const BackendResult r = ref->run(RunContext{sc, prob, routing, plan});
+  const BackendResult r = ref->run(p.context());
   EXPECT_EQ(r.outputs.size(), 7u);
   EXPECT_EQ(r.outputs.at("y").dtype, "bf16");
   EXPECT_EQ(r.outputs.at("dx").dtype, "bf16");
@@ -380,8 +381,8 @@ TEST(Mxfp8Recipe, BackendRegisteredWithStages) {
   EXPECT_EQ(n, 24);
   for (const char* s : {"h", "a", "dh", "da"}) EXPECT_TRUE(r.stages.count(s)) << s;
   // without intermediates: no stages at all
-  sc.output.intermediates = false;
-  EXPECT_TRUE(ref->run(RunContext{sc, prob, routing, plan}).stages.empty());
+  p.sc.output.intermediates = false;
+  EXPECT_TRUE(ref->run(p.context()).stages.empty());
 }
 
 // ---- configuration errors ---------------------------------------------------------------------
@@ -407,22 +408,16 @@ TEST(Mxfp8Recipe, UnalignedSegmentIsConfigError) {
   EXPECT_NO_THROW(pol.quantize_operand(crafted(45, 64, 1), Gemm::kFc2Fprop, Operand::kA));  // rows: any count
 
   // through the backend: padding none leaves unaligned segments; the run is refused before the layer
-  Scenario sc = make_scenario(100, 4, 64, 32, 2, 1, "none", 0);
-  const Problem prob = generate_problem(sc);
-  const Routing routing = route(sc);
-  const DispatchPlan plan = plan_dispatch(sc, routing);
+  const Prepared unaligned = prepare(make_scenario(100, 4, 64, 32, 2, 1, "none", 0));
   try {
-    make_backend("reference")->run(RunContext{sc, prob, routing, plan});
+    run_backend("reference", unaligned);
     FAIL() << "no ConfigError";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("dispatch.padding"), std::string::npos) << e.what();
   }
-  Scenario sc2 = make_scenario(64, 4, 48, 32, 2);
-  const Problem prob2 = generate_problem(sc2);
-  const Routing routing2 = route(sc2);
-  const DispatchPlan plan2 = plan_dispatch(sc2, routing2);
+  const Prepared hidden48 = prepare(make_scenario(64, 4, 48, 32, 2));
   try {
-    make_backend("reference")->run(RunContext{sc2, prob2, routing2, plan2});
+    run_backend("reference", hidden48);
     FAIL() << "no ConfigError";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("model.hidden"), std::string::npos) << e.what();
