@@ -26,8 +26,9 @@ py::array_t<T> to_numpy(const std::vector<T>& v, std::vector<py::ssize_t> shape)
 }
 
 py::array_t<double> tensor_to_numpy(const Tensor& t) {
-  std::vector<py::ssize_t> shape(t.shape.begin(), t.shape.end());
-  return to_numpy(t.data, shape);
+  py::array_t<double> a(std::vector<py::ssize_t>(t.shape.begin(), t.shape.end()));
+  t.read(0, t.size(), a.mutable_data());
+  return a;
 }
 
 py::dict tensors_to_dict(const std::map<std::string, Tensor>& m) {

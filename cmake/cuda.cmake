@@ -61,7 +61,7 @@ target_compile_definitions(moenum_gpu INTERFACE MOENUM_HAVE_CUDA=1)
 if(MOENUM_GPU_SOURCES)
   add_library(moenum_gpu_objs OBJECT ${MOENUM_GPU_SOURCES})
   target_include_directories(moenum_gpu_objs PUBLIC core/include core/gpu)
-  target_link_libraries(moenum_gpu_objs PUBLIC CUDA::cudart CUDA::cublasLt CUDA::cublas Eigen3::Eigen)
+  target_link_libraries(moenum_gpu_objs PUBLIC CUDA::cudart CUDA::cublasLt CUDA::cublas Eigen3::Eigen OpenMP::OpenMP_CXX)
   target_compile_definitions(moenum_gpu_objs PUBLIC MOENUM_HAVE_CUDA=1)
   # --fmad=false: the elementwise kernels must round exactly like the CPU reference, which is built
   # with -ffp-contract=off; an FMA is written out as fmaf where one is wanted.

@@ -65,8 +65,17 @@ struct RankRows {
   Matrix h, act, a, o, da, dh;
 };
 
-inline Matrix tensor_block(const Tensor& t, int64_t index, int64_t rows, int64_t cols) {
-  return Eigen::Map<const Matrix>(t.data.data() + index * rows * cols, rows, cols);
+// Rows [row0, row0 + rows) of t seen as a [*, cols] matrix, in fp64 (exact for every dtype).
+inline Matrix tensor_rows(const Tensor& t, int64_t row0, int64_t rows, int64_t cols) {
+  Matrix m(rows, cols);
+  t.read(row0 * cols, rows * cols, m.data());
+  return m;
+}
+
+inline Vector tensor_row(const Tensor& t, int64_t row, int64_t cols) {
+  Vector v(cols);
+  t.read(row * cols, cols, v.data());
+  return v;
 }
 
 inline Tensor concat_rows(const std::vector<RankRows>& rr, Matrix RankRows::*field, int64_t cols,
@@ -77,7 +86,7 @@ inline Tensor concat_rows(const std::vector<RankRows>& rr, Matrix RankRows::*fie
   int64_t at = 0;
   for (const auto& r : rr) {
     const Matrix& m = r.*field;
-    std::copy(m.data(), m.data() + m.size(), t.data.begin() + at);
+    t.write(at, m.size(), m.data());
     at += m.size();
   }
   return t;
@@ -166,13 +175,13 @@ LayerResult grouped_mlp(const Policy& pol, const Problem& prob, const DispatchPl
       std::vector<double> p(M);
       for (int64_t i = 0; i < M; ++i) {
         const int64_t t = rp.row_token[sg.begin + i];
-        if (t >= 0) X.row(i) = Eigen::Map<const Eigen::RowVectorXd>(prob.x.row(t), H);
+        if (t >= 0) prob.x.read(t * H, H, X.row(i).data());
         p[i] = double(rp.row_prob[sg.begin + i]);
       }
-      const Matrix W1 = detail::tensor_block(prob.w1, e, F2, H);
-      const Matrix W2 = detail::tensor_block(prob.w2, e, H, F);
-      const Vector b1 = Eigen::Map<const Vector>(prob.b1.data.data() + e * F2, F2);
-      const Vector b2 = Eigen::Map<const Vector>(prob.b2.data.data() + e * H, H);
+      const Matrix W1 = detail::tensor_rows(prob.w1, e * F2, F2, H);
+      const Matrix W2 = detail::tensor_rows(prob.w2, e * H, H, F);
+      const Vector b1 = detail::tensor_row(prob.b1, e, F2);
+      const Vector b2 = detail::tensor_row(prob.b2, e, H);
 
       // ---- forward
       // FC1: h = x . w1^T (+ b1)
@@ -218,11 +227,11 @@ LayerResult grouped_mlp(const Policy& pol, const Problem& prob, const DispatchPl
       Matrix DY = Matrix::Zero(M, H);
       for (int64_t i = 0; i < M; ++i) {
         const int64_t t = rp.row_token[sg.begin + i];
-        if (t >= 0) DY.row(i) = Eigen::Map<const Eigen::RowVectorXd>(prob.dy.row(t), H);
+        if (t >= 0) prob.dy.read(t * H, H, DY.row(i).data());
       }
       // db2 = sum_i p_i dy_i
       if (opt.bias)
-        for (int64_t j = 0; j < H; ++j) db2.data[e * H + j] = pol.dot(p.data(), DY.data() + j, M, 1, H, red);
+        for (int64_t j = 0; j < H; ++j) db2.values<R>()[e * H + j] = pol.dot(p.data(), DY.data() + j, M, 1, H, red);
       // FC2 dgrad: da = dy . w2
       Matrix DA = pol.gemm(Q(DY, Gemm::kFc2Dgrad, Operand::kA), Q(W2.transpose(), Gemm::kFc2Dgrad, Operand::kB),
                            Gemm::kFc2Dgrad, nullptr, gs(Gemm::kFc2Dgrad));
@@ -233,7 +242,7 @@ LayerResult grouped_mlp(const Policy& pol, const Problem& prob, const DispatchPl
         const Matrix DW2 = pol.gemm(Q(DY.transpose(), Gemm::kFc2Wgrad, Operand::kA),
                                     Q(A.transpose(), Gemm::kFc2Wgrad, Operand::kB), Gemm::kFc2Wgrad, nullptr,
                                     gs(Gemm::kFc2Wgrad));
-        std::copy(DW2.data(), DW2.data() + H * F, dw2.data.begin() + e * H * F);
+        dw2.write(e * H * F, H * F, DW2.data());
       }
       // dp = dot(dy, b2) + dot(da, act): each dot rounded once, then added in Real
       for (int64_t i = 0; i < M; ++i) {
@@ -266,12 +275,12 @@ LayerResult grouped_mlp(const Policy& pol, const Problem& prob, const DispatchPl
         const Matrix DW1 = pol.gemm(Q(DH.transpose(), Gemm::kFc1Wgrad, Operand::kA),
                                     Q(X.transpose(), Gemm::kFc1Wgrad, Operand::kB), Gemm::kFc1Wgrad, nullptr,
                                     gs(Gemm::kFc1Wgrad));
-        std::copy(DW1.data(), DW1.data() + F2 * H, dw1.data.begin() + e * F2 * H);
+        dw1.write(e * F2 * H, F2 * H, DW1.data());
       }
       // db1 = sum of dh rows
       if (opt.bias) {
         const std::vector<double> ones(M, 1.0);
-        for (int64_t j = 0; j < F2; ++j) db1.data[e * F2 + j] = pol.dot(ones.data(), DH.data() + j, M, 1, F2, red);
+        for (int64_t j = 0; j < F2; ++j) db1.values<R>()[e * F2 + j] = pol.dot(ones.data(), DH.data() + j, M, 1, F2, red);
       }
       if (opt.keep_stages) {
         rr.da.middleRows(sg.begin, M) = DA;
@@ -308,6 +317,7 @@ LayerResult grouped_mlp(const Policy& pol, const Problem& prob, const DispatchPl
 
   const auto combine = [&](Matrix RankRows::*field, const char* name) {
     Tensor out({T, H}, act_dt);
+    const std::span<R> o = out.values<R>();
 #pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < T; ++t) {
       std::vector<R> acc(H, R(0));
@@ -315,7 +325,7 @@ LayerResult grouped_mlp(const Policy& pol, const Problem& prob, const DispatchPl
         const Matrix& m = rows[entries[n].rank].*field;
         for (int64_t j = 0; j < H; ++j) acc[j] += R(m(entries[n].row, j));
       }
-      for (int64_t j = 0; j < H; ++j) out.data[t * H + j] = pol.round_act(acc[j]);
+      for (int64_t j = 0; j < H; ++j) o[t * H + j] = pol.round_act(acc[j]);
     }
     res.outputs[name] = std::move(out);
   };
@@ -324,7 +334,7 @@ LayerResult grouped_mlp(const Policy& pol, const Problem& prob, const DispatchPl
   if (opt.backward) {
     combine(&RankRows::dx_row, "dx");
     Tensor dprobs({T, k}, grad_dt);
-    for (const Entry& en : entries) dprobs.data[en.token * k + en.slot] = rows[en.rank].dp[en.row];
+    for (const Entry& en : entries) dprobs.values<R>()[en.token * k + en.slot] = rows[en.rank].dp[en.row];
     res.outputs["dprobs"] = std::move(dprobs);
     res.outputs["dw1"] = std::move(dw1);
     res.outputs["dw2"] = std::move(dw2);

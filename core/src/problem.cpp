@@ -27,6 +27,7 @@ InputRegime regime_for(const Scenario& sc, const std::string& name) {
 Tensor draw(const Scenario& sc, const std::string& name, uint64_t stream, std::vector<int64_t> shape,
             double default_std) {
   Tensor t(std::move(shape), "bf16");
+  const std::span<float> out = t.f32();
   const InputRegime reg = regime_for(sc, name);
   const double std_dev = default_std * reg.scale;
   for (int64_t i = 0; i < t.size(); ++i) {
@@ -40,7 +41,7 @@ Tensor draw(const Scenario& sc, const std::string& name, uint64_t stream, std::v
     if (reg.outlier_fraction > 0.0 &&
         rng::uniform(sc.seed, rng::kOutliers * 64 + stream, i) < reg.outlier_fraction)
       v *= reg.outlier_scale;
-    t.data[i] = round_bf16(static_cast<float>(v));
+    out[i] = round_bf16(static_cast<float>(v));
   }
   return t;
 }

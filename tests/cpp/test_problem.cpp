@@ -17,8 +17,8 @@ namespace {
 // FNV-1a over the float32 bit patterns of the values, in flat order.
 uint64_t fnv1a_f32(const Tensor& t) {
   uint64_t h = 0xcbf29ce484222325ull;
-  for (int64_t i = 0; i < t.size(); ++i) {
-    const uint32_t bits = std::bit_cast<uint32_t>(float(t.data[i]));
+  for (const float v : t.f32()) {
+    const uint32_t bits = std::bit_cast<uint32_t>(v);
     for (int b = 0; b < 4; ++b) {
       h ^= (bits >> (8 * b)) & 0xFFu;
       h *= 0x100000001b3ull;
@@ -88,8 +88,9 @@ TEST(Problem, ShapesAndBf16Values) {
   EXPECT_EQ(prob.b2.shape, (std::vector<int64_t>{4, 32}));
   for (const Tensor* t : {&prob.x, &prob.w1, &prob.w2, &prob.dy}) {
     EXPECT_EQ(t->dtype, "bf16");
-    for (int64_t i = 0; i < t->size(); ++i) ASSERT_EQ(t->data[i], double(round_bf16(float(t->data[i]))));
+    EXPECT_EQ(t->storage(), Storage::kF32);
+    for (const float v : t->f32()) ASSERT_EQ(v, round_bf16(v));
   }
   for (const Tensor* t : {&prob.b1, &prob.b2})
-    for (int64_t i = 0; i < t->size(); ++i) ASSERT_EQ(t->data[i], 0.0) << "no bias: zeros";
+    for (const float v : t->f32()) ASSERT_EQ(v, 0.0f) << "no bias: zeros";
 }
