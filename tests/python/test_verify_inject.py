@@ -46,6 +46,8 @@ def cases():
 
 
 def skip_unless_runs(backend, recipe):
+    if backend not in _core.backend_names():
+        pytest.skip(f"{backend}: not run: this moenum was built without CUDA")
     sc = moenum.from_dict(config(backend, recipe))[0]
     ok, disposition, reason = _core.backend_availability(backend, moenum.scenario.to_core(sc))
     if not ok:
