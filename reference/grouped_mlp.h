@@ -1,9 +1,11 @@
 // The grouped MoE MLP layer on the CPU, forward and backward (numerics.md §1), templated on a numeric
-// policy (numeric_policy.h): GoldenPolicy (fp64), Fp32Policy, Bf16Policy, later MXFP8.
+// policy: GoldenPolicy (fp64), Fp32Policy, Bf16Policy (numeric_policy.h), Mxfp8Policy
+// (mxfp8_policy.h), and cpu.eigen's EigenGemmPolicy over any of them (eigen_gemm_policy.h).
 //
 // Work is split into (rank, local expert) segments of the dispatch plan, run in parallel with
-// OpenMP; nothing a segment computes depends on another segment or on the thread count. The
-// combines (y, dx) then sum each token's routed rows in ascending expert id order.
+// OpenMP; nothing a segment computes depends on another segment or on the thread count. The first
+// exception thrown in a segment is rethrown on the caller's thread after the loop (first_error.h).
+// The combines (y, dx) then sum each token's routed rows in ascending expert id order.
 //
 // Pad rows: a zero pad row (row_token -1) has x = 0 and dy = 0; a router pad row (a real token with
 // slot -1) has its token's x and dy and p = 0. Both go through every GEMM of their segment (they

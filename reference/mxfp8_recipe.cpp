@@ -199,8 +199,8 @@ void add_mx_operand_stages(const Mxfp8Policy& pol, const Problem& prob, const Di
 
 namespace {
 
-// Not MOENUM_REGISTER_REFERENCE_RECIPE: the configuration is checked before the layer's parallel
-// loop (an exception cannot leave an OpenMP region), and the operand stages are added after it.
+// Not MOENUM_REGISTER_REFERENCE_RECIPE: the configuration is checked before the layer runs (a bad
+// one is refused before any work), and the operand stages are added after it.
 const RecipeRegistrar mxfp8_registrar(
     "mxfp8", [](const Scenario& sc, const Problem& prob, const DispatchPlan& plan, const LayerOptions& opt) {
       const Mxfp8Policy pol = Mxfp8Policy::from_scenario(sc);

@@ -1,5 +1,5 @@
-// Recipes of the `reference` backend, registered by name (fp32, bf16 in reference_backend.cpp; a
-// later file registers mxfp8 with its own policy), so that no switch over recipe names grows here.
+// Recipes of the `reference` backend, registered by name (fp32, bf16 in reference_backend.cpp; mxfp8
+// in mxfp8_recipe.cpp with its own policy), so that no switch over recipe names grows here.
 #pragma once
 #include <cstdio>
 #include <functional>
