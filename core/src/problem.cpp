@@ -1,5 +1,6 @@
 // Input generation. Each element is a pure function of (seed, tensor stream, flat index), so the
-// same scenario gives the same inputs whatever the EP size, padding or thread count.
+// same scenario gives the same inputs whatever the EP size, padding or thread count, and the
+// elements are drawn in parallel.
 #include "moenum/problem.h"
 
 #include <cmath>
@@ -30,7 +31,9 @@ Tensor draw(const Scenario& sc, const std::string& name, uint64_t stream, std::v
   const std::span<float> out = t.f32();
   const InputRegime reg = regime_for(sc, name);
   const double std_dev = default_std * reg.scale;
-  for (int64_t i = 0; i < t.size(); ++i) {
+  const int64_t n = t.size();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
     double v;
     if (reg.dist == "uniform") {  // same std as the normal: U(-sqrt(3), sqrt(3))
       v = (2.0 * rng::uniform(sc.seed, stream, i) - 1.0) * std::sqrt(3.0);

@@ -2,13 +2,17 @@
 // change of the generator (its loops, threads, storage) cannot silently change the inputs of every
 // results file made before it.
 #include <gtest/gtest.h>
+#include <omp.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <string>
+#include <tuple>
 
 #include "moenum/bf16.h"
 #include "moenum/problem.h"
+#include "test_util.h"
 
 using namespace moenum;
 
@@ -93,4 +97,18 @@ TEST(Problem, ShapesAndBf16Values) {
   }
   for (const Tensor* t : {&prob.b1, &prob.b2})
     for (const float v : t->f32()) ASSERT_EQ(v, 0.0f) << "no bias: zeros";
+}
+
+TEST(Problem, SameBitsWhateverTheThreadCount) {
+  Scenario sc = make_scenario(99, 256, 8, 128, 64, true);
+  sc.inputs["x"] = {"uniform", 2.0, 0.01, 32.0};
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const Problem one = generate_problem(sc);
+  omp_set_num_threads(std::max(4, saved));  // more threads than cores is fine: only the split changes
+  const Problem many = generate_problem(sc);
+  omp_set_num_threads(saved);
+  for (auto [name, a, b] : {std::tuple{"x", &one.x, &many.x}, {"w1", &one.w1, &many.w1}, {"b1", &one.b1, &many.b1},
+                            {"w2", &one.w2, &many.w2}, {"b2", &one.b2, &many.b2}, {"dy", &one.dy, &many.dy}})
+    EXPECT_TRUE(moenum::testing::same_bits(*a, *b)) << name;
 }
