@@ -1,8 +1,10 @@
 // Scenario struct, input generation, routing, dispatch plan and backends, exposed to Python.
-// Tensors cross as numpy float64 arrays (every logical dtype here is exact in fp64).
+// Tensors cross without a copy: numpy views of their storage (float32 for bf16 and fp32, float64 for
+// fp64, uint8 for FP8 and E8M0 codes), kept alive by the object that owns them.
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <memory>
 #include <optional>
 
 #include "binding_registry.h"
@@ -25,22 +27,32 @@ py::array_t<T> to_numpy(const std::vector<T>& v, std::vector<py::ssize_t> shape)
   return a;
 }
 
-py::array_t<double> tensor_to_numpy(const Tensor& t) {
-  std::vector<py::ssize_t> shape(t.shape.begin(), t.shape.end());
-  return to_numpy(t.data, shape);
+py::dtype numpy_dtype(Storage s) {
+  switch (s) {
+    case Storage::kF32: return py::dtype::of<float>();
+    case Storage::kF64: return py::dtype::of<double>();
+    case Storage::kU8: return py::dtype::of<uint8_t>();
+  }
+  throw InternalError("numpy_dtype: unknown storage");
 }
 
-py::dict tensors_to_dict(const std::map<std::string, Tensor>& m) {
+// A writable numpy view of t's storage; `owner` must keep t alive (it becomes the array's base).
+py::array tensor_view(Tensor& t, py::handle owner) {
+  return py::array(numpy_dtype(t.storage()), std::vector<py::ssize_t>(t.shape.begin(), t.shape.end()), t.bytes(),
+                   owner);
+}
+
+py::dict tensors_to_dict(std::map<std::string, Tensor>& m, py::handle owner) {
   py::dict d;
-  for (const auto& [name, t] : m) d[py::str(name)] = py::make_tuple(tensor_to_numpy(t), t.dtype);
+  for (auto& [name, t] : m) d[py::str(name)] = py::make_tuple(tensor_view(t, owner), t.dtype);
   return d;
 }
 
-py::dict problem_to_dict(const Problem& p) {
+py::dict problem_to_dict(Problem& p, py::handle owner) {
   py::dict d;
-  for (auto [name, t] : {std::pair<const char*, const Tensor*>{"x", &p.x}, {"w1", &p.w1}, {"b1", &p.b1},
+  for (auto [name, t] : {std::pair<const char*, Tensor*>{"x", &p.x}, {"w1", &p.w1}, {"b1", &p.b1},
                          {"w2", &p.w2}, {"b2", &p.b2}, {"dy", &p.dy}})
-    d[name] = tensor_to_numpy(*t);
+    d[name] = tensor_view(*t, owner);
   return d;
 }
 
@@ -130,7 +142,8 @@ void bind(py::module_& m) {
 
   py::class_<Prepared, std::shared_ptr<Prepared>>(m, "Prepared",
                                                   "Inputs, routing and dispatch plan of one scenario")
-      .def_property_readonly("inputs", [](const Prepared& p) { return problem_to_dict(p.problem); })
+      .def_property_readonly("inputs",
+                             [](py::object self) { return problem_to_dict(self.cast<Prepared&>().problem, self); })
       .def_property_readonly("topk_idx", [](const Prepared& p) {
         return to_numpy(p.routing.topk_idx, {static_cast<py::ssize_t>(p.routing.T), static_cast<py::ssize_t>(p.routing.k)});
       })
@@ -170,11 +183,15 @@ void bind(py::module_& m) {
       py::gil_scoped_release release;
       r = backend->run(RunContext{sc, p.problem, p.routing, p.plan});
     }
+    // The result moves into a capsule that owns it for as long as any of its arrays lives.
+    auto owned = std::make_unique<BackendResult>(std::move(r));
+    py::capsule owner(owned.get(), [](void* p) { delete static_cast<BackendResult*>(p); });
+    BackendResult& res = *owned.release();
     py::dict d;
-    d["outputs"] = tensors_to_dict(r.outputs);
-    d["stages"] = tensors_to_dict(r.stages);
-    d["attrs"] = r.attrs;
-    d["seconds"] = r.seconds;
+    d["outputs"] = tensors_to_dict(res.outputs, owner);
+    d["stages"] = tensors_to_dict(res.stages, owner);
+    d["attrs"] = res.attrs;
+    d["seconds"] = res.seconds;
     return d;
   }, py::arg("name"), py::arg("prepared"), py::arg("keep_stages") = py::none(),
      "Run one backend; returns outputs, stages, attrs, seconds. keep_stages overrides output.intermediates");

@@ -61,7 +61,7 @@ target_compile_definitions(moenum_gpu INTERFACE MOENUM_HAVE_CUDA=1)
 if(MOENUM_GPU_SOURCES)
   add_library(moenum_gpu_objs OBJECT ${MOENUM_GPU_SOURCES})
   target_include_directories(moenum_gpu_objs PUBLIC core/include core/gpu)
-  target_link_libraries(moenum_gpu_objs PUBLIC CUDA::cudart CUDA::cublasLt CUDA::cublas Eigen3::Eigen)
+  target_link_libraries(moenum_gpu_objs PUBLIC CUDA::cudart CUDA::cublasLt CUDA::cublas Eigen3::Eigen OpenMP::OpenMP_CXX)
   target_compile_definitions(moenum_gpu_objs PUBLIC MOENUM_HAVE_CUDA=1)
   # --fmad=false: the elementwise kernels must round exactly like the CPU reference, which is built
   # with -ffp-contract=off; an FMA is written out as fmaf where one is wanted.
@@ -98,7 +98,7 @@ if(MOENUM_BUILD_TESTS)
     include(GoogleTest)
     add_executable(moenum_gpu_tests ${MOENUM_GPU_TEST_SOURCES} ${MOENUM_LINK_OBJECTS})
     target_link_libraries(moenum_gpu_tests PRIVATE moenum_core moenum_gpu GTest::gtest GTest::gtest_main)
-    target_include_directories(moenum_gpu_tests PRIVATE core/include core/gpu tests/gpu)
+    target_include_directories(moenum_gpu_tests PRIVATE core/include core/gpu tests/gpu tests/cpp)
     target_compile_options(moenum_gpu_tests PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr --fmad=false>
                            $<$<COMPILE_LANGUAGE:CXX>:-ffp-contract=off>)
     # PRE_TEST: listing the tests happens under ctest, not at build time (CI builds without a GPU).

@@ -1,9 +1,11 @@
 // The grouped MoE MLP layer on the CPU, forward and backward (numerics.md §1), templated on a numeric
-// policy (numeric_policy.h): GoldenPolicy (fp64), Fp32Policy, Bf16Policy, later MXFP8.
+// policy: GoldenPolicy (fp64), Fp32Policy, Bf16Policy (numeric_policy.h), Mxfp8Policy
+// (mxfp8_policy.h), and cpu.eigen's EigenGemmPolicy over any of them (eigen_gemm_policy.h).
 //
 // Work is split into (rank, local expert) segments of the dispatch plan, run in parallel with
-// OpenMP; nothing a segment computes depends on another segment or on the thread count. The
-// combines (y, dx) then sum each token's routed rows in ascending expert id order.
+// OpenMP; nothing a segment computes depends on another segment or on the thread count. The first
+// exception thrown in a segment is rethrown on the caller's thread after the loop (first_error.h).
+// The combines (y, dx) then sum each token's routed rows in ascending expert id order.
 //
 // Pad rows: a zero pad row (row_token -1) has x = 0 and dy = 0; a router pad row (a real token with
 // slot -1) has its token's x and dy and p = 0. Both go through every GEMM of their segment (they
@@ -54,33 +56,30 @@ struct LayerResult {
 
 namespace detail {
 
+// One (rank, local expert) segment: rows [begin, end) of its rank, rows [row0, row0 + end - begin)
+// of all ranks' rows in plan order.
 struct Segment {
-  int64_t rank, local, expert, begin, end;
+  int64_t rank, local, expert, begin, end, row0;
 };
 
-// Per-rank row buffers, written by disjoint segments.
-struct RankRows {
-  Matrix out, dx_row;      // [rows, H]
-  std::vector<double> dp;  // [rows]
-  Matrix h, act, a, o, da, dh;
+// The per-row tensors of all ranks, rows in plan order, each segment writing its own rows; kept in
+// the stages' dtypes, so that the stages are these very tensors. out and dx_row feed the combines.
+struct RowTensors {
+  Tensor out, dx_row;           // [N, H]
+  Tensor h, act, a, o, da, dh;  // stages, when kept
 };
 
-inline Matrix tensor_block(const Tensor& t, int64_t index, int64_t rows, int64_t cols) {
-  return Eigen::Map<const Matrix>(t.data.data() + index * rows * cols, rows, cols);
+// Rows [row0, row0 + rows) of t seen as a [*, cols] matrix, in fp64 (exact for every dtype).
+inline Matrix tensor_rows(const Tensor& t, int64_t row0, int64_t rows, int64_t cols) {
+  Matrix m(rows, cols);
+  t.read(row0 * cols, rows * cols, m.data());
+  return m;
 }
 
-inline Tensor concat_rows(const std::vector<RankRows>& rr, Matrix RankRows::*field, int64_t cols,
-                          const char* dtype) {
-  int64_t rows = 0;
-  for (const auto& r : rr) rows += (r.*field).rows();
-  Tensor t({rows, cols}, dtype);
-  int64_t at = 0;
-  for (const auto& r : rr) {
-    const Matrix& m = r.*field;
-    std::copy(m.data(), m.data() + m.size(), t.data.begin() + at);
-    at += m.size();
-  }
-  return t;
+inline Vector tensor_row(const Tensor& t, int64_t row, int64_t cols) {
+  Vector v(cols);
+  t.read(row * cols, cols, v.data());
+  return v;
 }
 
 inline void check_plan(const Problem& prob, const DispatchPlan& plan, const LayerOptions& opt) {
@@ -110,7 +109,6 @@ template <class Policy>
 LayerResult grouped_mlp(const Policy& pol, const Problem& prob, const DispatchPlan& plan,
                         const LayerOptions& opt) {
   using R = typename Policy::Real;
-  using detail::RankRows;
   detail::check_plan(prob, plan, opt);
   const int64_t T = prob.T, H = prob.H, F = prob.F, E = prob.E, k = prob.k;
   const int64_t F2 = 2 * F;
@@ -119,30 +117,35 @@ LayerResult grouped_mlp(const Policy& pol, const Problem& prob, const DispatchPl
   const char* grad_dt = Policy::grad_dtype;
 
   std::vector<detail::Segment> segs;
-  std::vector<RankRows> rows(plan.ranks.size());
+  std::vector<int64_t> rank_row0(plan.ranks.size() + 1, 0);
   for (int64_t r = 0; r < plan.ep; ++r) {
     const RankPlan& rp = plan.ranks[r];
-    const int64_t n = int64_t(rp.row_token.size());
-    rows[r].out = Matrix::Zero(n, H);
-    rows[r].dp.assign(n, 0.0);
-    if (opt.backward) rows[r].dx_row = Matrix::Zero(n, H);
-    if (opt.keep_stages) {
-      rows[r].h = Matrix::Zero(n, F2);
-      rows[r].act = rows[r].a = Matrix::Zero(n, F);
-      rows[r].o = Matrix::Zero(n, H);
-      if (opt.backward) {
-        rows[r].da = Matrix::Zero(n, F);
-        rows[r].dh = Matrix::Zero(n, F2);
-      }
-    }
+    rank_row0[r + 1] = rank_row0[r] + int64_t(rp.row_token.size());
     if (!rp.simulated) continue;  // dispatch.ranks: its experts compute nothing, their gradients stay zero
     for (int64_t le = 0; le < plan.experts_per_rank; ++le) {
       const int64_t e = r * plan.experts_per_rank + le;
       const int64_t b = rp.segment_offset[le], en = rp.segment_offset[le + 1];
       for (int64_t i = b; i < en; ++i) MOENUM_CHECK(rp.row_expert[i] == e, "plan: row_expert disagrees with its segment");
-      segs.push_back({r, le, e, b, en});
+      segs.push_back({r, le, e, b, en, rank_row0[r] + b});
     }
   }
+  const int64_t N = rank_row0.back();
+  detail::RowTensors rows;
+  rows.out = Tensor({N, H}, act_dt);
+  if (opt.backward) rows.dx_row = Tensor({N, H}, act_dt);
+  if (opt.keep_stages) {
+    rows.h = Tensor({N, F2}, act_dt);
+    rows.act = Tensor({N, F}, grad_dt);
+    rows.a = Tensor({N, F}, act_dt);
+    rows.o = Tensor({N, H}, act_dt);
+    if (opt.backward) {
+      rows.da = Tensor({N, F}, act_dt);
+      rows.dh = Tensor({N, F2}, act_dt);
+    }
+  }
+  const std::span<R> out_rows = rows.out.values<R>();
+  const std::span<R> dx_rows = opt.backward ? rows.dx_row.values<R>() : std::span<R>();
+  std::vector<R> dp_rows(N, R(0));
 
   LayerResult res;
   Tensor dw1({E, F2, H}, grad_dt), dw2({E, H, F}, grad_dt), db1({E, F2}, grad_dt), db2({E, H}, grad_dt);
@@ -156,7 +159,6 @@ LayerResult grouped_mlp(const Policy& pol, const Problem& prob, const DispatchPl
     first_error.run([&] {
       const detail::Segment sg = segs[s];
       const RankPlan& rp = plan.ranks[sg.rank];
-      RankRows& rr = rows[sg.rank];
       auto& st = seg_stats[s];
       auto gs = [&st](Gemm g) -> GemmStats& { return st[static_cast<int>(g)]; };
       GemmStats& red = st[kNumGemms];
@@ -167,13 +169,13 @@ LayerResult grouped_mlp(const Policy& pol, const Problem& prob, const DispatchPl
       std::vector<double> p(M);
       for (int64_t i = 0; i < M; ++i) {
         const int64_t t = rp.row_token[sg.begin + i];
-        if (t >= 0) X.row(i) = Eigen::Map<const Eigen::RowVectorXd>(prob.x.row(t), H);
+        if (t >= 0) prob.x.read(t * H, H, X.row(i).data());
         p[i] = double(rp.row_prob[sg.begin + i]);
       }
-      const Matrix W1 = detail::tensor_block(prob.w1, e, F2, H);
-      const Matrix W2 = detail::tensor_block(prob.w2, e, H, F);
-      const Vector b1 = Eigen::Map<const Vector>(prob.b1.data.data() + e * F2, F2);
-      const Vector b2 = Eigen::Map<const Vector>(prob.b2.data.data() + e * H, H);
+      const Matrix W1 = detail::tensor_rows(prob.w1, e * F2, F2, H);
+      const Matrix W2 = detail::tensor_rows(prob.w2, e * H, H, F);
+      const Vector b1 = detail::tensor_row(prob.b1, e, F2);
+      const Vector b2 = detail::tensor_row(prob.b2, e, H);
 
       // ---- forward
       // FC1: h = x . w1^T (+ b1)
@@ -204,14 +206,14 @@ LayerResult grouped_mlp(const Policy& pol, const Problem& prob, const DispatchPl
         for (int64_t j = 0; j < H; ++j) {
           const R o = pol.round_act(R(O(i, j)));
           O(i, j) = o;
-          rr.out(sg.begin + i, j) = opt.bias ? pol.round_act(layer::fc2_bias(o, R(b2(j)), pi)) : o;
+          out_rows[(sg.row0 + i) * H + j] = opt.bias ? pol.round_act(layer::fc2_bias(o, R(b2(j)), pi)) : o;
         }
       }
       if (opt.keep_stages) {
-        rr.h.middleRows(sg.begin, M) = Hm;
-        rr.act.middleRows(sg.begin, M) = Act;
-        rr.a.middleRows(sg.begin, M) = A;
-        rr.o.middleRows(sg.begin, M) = O;
+        rows.h.write(sg.row0 * F2, M * F2, Hm.data());
+        rows.act.write(sg.row0 * F, M * F, Act.data());
+        rows.a.write(sg.row0 * F, M * F, A.data());
+        rows.o.write(sg.row0 * H, M * H, O.data());
       }
       if (!opt.backward) return;  // (inside the per-segment lambda: next segment)
 
@@ -219,11 +221,11 @@ LayerResult grouped_mlp(const Policy& pol, const Problem& prob, const DispatchPl
       Matrix DY = Matrix::Zero(M, H);
       for (int64_t i = 0; i < M; ++i) {
         const int64_t t = rp.row_token[sg.begin + i];
-        if (t >= 0) DY.row(i) = Eigen::Map<const Eigen::RowVectorXd>(prob.dy.row(t), H);
+        if (t >= 0) prob.dy.read(t * H, H, DY.row(i).data());
       }
       // db2 = sum_i p_i dy_i
       if (opt.bias)
-        for (int64_t j = 0; j < H; ++j) db2.data[e * H + j] = pol.dot(p.data(), DY.data() + j, M, 1, H, red);
+        for (int64_t j = 0; j < H; ++j) db2.values<R>()[e * H + j] = pol.dot(p.data(), DY.data() + j, M, 1, H, red);
       // FC2 dgrad: da = dy . w2
       Matrix DA = pol.gemm(Q(DY, Gemm::kFc2Dgrad, Operand::kA), Q(W2.transpose(), Gemm::kFc2Dgrad, Operand::kB),
                            Gemm::kFc2Dgrad, nullptr, gs(Gemm::kFc2Dgrad));
@@ -234,13 +236,13 @@ LayerResult grouped_mlp(const Policy& pol, const Problem& prob, const DispatchPl
         const Matrix DW2 = pol.gemm(Q(DY.transpose(), Gemm::kFc2Wgrad, Operand::kA),
                                     Q(A.transpose(), Gemm::kFc2Wgrad, Operand::kB), Gemm::kFc2Wgrad, nullptr,
                                     gs(Gemm::kFc2Wgrad));
-        std::copy(DW2.data(), DW2.data() + H * F, dw2.data.begin() + e * H * F);
+        dw2.write(e * H * F, H * F, DW2.data());
       }
       // dp = dot(dy, b2) + dot(da, act): each dot rounded once, then added in Real
       for (int64_t i = 0; i < M; ++i) {
         R dp = pol.dot(DA.data() + i * F, Act.data() + i * F, F, 1, 1, red);
         if (opt.bias) dp = pol.dot(DY.data() + i * H, b2.data(), H, 1, 1, red) + dp;
-        rr.dp[sg.begin + i] = dp;
+        dp_rows[sg.row0 + i] = dp;
       }
       // dact = da * p ; dg = dact * l * silu'(g) ; dl = dact * silu(g) ; dh = round([dg, dl])
       Matrix DH(M, F2);
@@ -258,23 +260,23 @@ LayerResult grouped_mlp(const Policy& pol, const Problem& prob, const DispatchPl
         const Matrix DXR = pol.gemm(Q(DH, Gemm::kFc1Dgrad, Operand::kA), Q(W1.transpose(), Gemm::kFc1Dgrad, Operand::kB),
                                     Gemm::kFc1Dgrad, nullptr, gs(Gemm::kFc1Dgrad));
         for (int64_t i = 0; i < M; ++i)
-          for (int64_t j = 0; j < H; ++j) rr.dx_row(sg.begin + i, j) = pol.round_act(R(DXR(i, j)));
+          for (int64_t j = 0; j < H; ++j) dx_rows[(sg.row0 + i) * H + j] = pol.round_act(R(DXR(i, j)));
       }
       // FC1 wgrad: dw1 = dh^T . x
       {
         const Matrix DW1 = pol.gemm(Q(DH.transpose(), Gemm::kFc1Wgrad, Operand::kA),
                                     Q(X.transpose(), Gemm::kFc1Wgrad, Operand::kB), Gemm::kFc1Wgrad, nullptr,
                                     gs(Gemm::kFc1Wgrad));
-        std::copy(DW1.data(), DW1.data() + F2 * H, dw1.data.begin() + e * F2 * H);
+        dw1.write(e * F2 * H, F2 * H, DW1.data());
       }
       // db1 = sum of dh rows
       if (opt.bias) {
         const std::vector<double> ones(M, 1.0);
-        for (int64_t j = 0; j < F2; ++j) db1.data[e * F2 + j] = pol.dot(ones.data(), DH.data() + j, M, 1, F2, red);
+        for (int64_t j = 0; j < F2; ++j) db1.values<R>()[e * F2 + j] = pol.dot(ones.data(), DH.data() + j, M, 1, F2, red);
       }
       if (opt.keep_stages) {
-        rr.da.middleRows(sg.begin, M) = DA;
-        rr.dh.middleRows(sg.begin, M) = DH;
+        rows.da.write(sg.row0 * F, M * F, DA.data());
+        rows.dh.write(sg.row0 * F2, M * F2, DH.data());
       }
     });
   }
@@ -287,13 +289,13 @@ LayerResult grouped_mlp(const Policy& pol, const Problem& prob, const DispatchPl
 
   // ---- combine: each token's routed rows (slot >= 0), ascending expert id, summed in Real
   struct Entry {
-    int64_t token, expert, rank, row, slot;
+    int64_t token, expert, row, slot;  // row: in plan order over all ranks
   };
   std::vector<Entry> entries;
   for (int64_t r = 0; r < plan.ep; ++r) {
     const RankPlan& rp = plan.ranks[r];
     for (int64_t i = 0; i < int64_t(rp.row_token.size()); ++i)
-      if (rp.row_slot[i] >= 0) entries.push_back({rp.row_token[i], rp.row_expert[i], r, i, rp.row_slot[i]});
+      if (rp.row_slot[i] >= 0) entries.push_back({rp.row_token[i], rp.row_expert[i], rank_row0[r] + i, rp.row_slot[i]});
   }
   std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
     return a.token != b.token ? a.token < b.token : a.expert < b.expert;
@@ -305,25 +307,27 @@ LayerResult grouped_mlp(const Policy& pol, const Problem& prob, const DispatchPl
   for (size_t i = entries.size(); i-- > 0;) first[entries[i].token] = i;
   for (int64_t t = T - 1; t >= 0; --t) first[t] = std::min(first[t], first[t + 1]);
 
-  const auto combine = [&](Matrix RankRows::*field, const char* name) {
+  const auto combine = [&](std::span<const R> row_values, const char* name) {
     Tensor out({T, H}, act_dt);
+    const std::span<R> o = out.values<R>();
 #pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < T; ++t) {
       std::vector<R> acc(H, R(0));
       for (size_t n = first[t]; n < first[t + 1]; ++n) {
-        const Matrix& m = rows[entries[n].rank].*field;
-        for (int64_t j = 0; j < H; ++j) acc[j] += R(m(entries[n].row, j));
+        const R* row = row_values.data() + entries[n].row * H;
+        for (int64_t j = 0; j < H; ++j) acc[j] += row[j];
       }
-      for (int64_t j = 0; j < H; ++j) out.data[t * H + j] = pol.round_act(acc[j]);
+      for (int64_t j = 0; j < H; ++j) o[t * H + j] = pol.round_act(acc[j]);
     }
     res.outputs[name] = std::move(out);
   };
-  combine(&RankRows::out, "y");
+  combine(out_rows, "y");
 
   if (opt.backward) {
-    combine(&RankRows::dx_row, "dx");
+    combine(dx_rows, "dx");
     Tensor dprobs({T, k}, grad_dt);
-    for (const Entry& en : entries) dprobs.data[en.token * k + en.slot] = rows[en.rank].dp[en.row];
+    const std::span<R> dprobs_v = dprobs.values<R>();
+    for (const Entry& en : entries) dprobs_v[en.token * k + en.slot] = dp_rows[en.row];
     res.outputs["dprobs"] = std::move(dprobs);
     res.outputs["dw1"] = std::move(dw1);
     res.outputs["dw2"] = std::move(dw2);
@@ -334,15 +338,15 @@ LayerResult grouped_mlp(const Policy& pol, const Problem& prob, const DispatchPl
   }
 
   if (opt.keep_stages) {
-    res.stages["h"] = detail::concat_rows(rows, &RankRows::h, F2, act_dt);
-    res.stages["act"] = detail::concat_rows(rows, &RankRows::act, F, Policy::grad_dtype);
-    res.stages["a"] = detail::concat_rows(rows, &RankRows::a, F, act_dt);
-    res.stages["o"] = detail::concat_rows(rows, &RankRows::o, H, act_dt);
-    res.stages["out"] = detail::concat_rows(rows, &RankRows::out, H, act_dt);
+    res.stages["h"] = std::move(rows.h);
+    res.stages["act"] = std::move(rows.act);
+    res.stages["a"] = std::move(rows.a);
+    res.stages["o"] = std::move(rows.o);
+    res.stages["out"] = std::move(rows.out);
     if (opt.backward) {
-      res.stages["da"] = detail::concat_rows(rows, &RankRows::da, F, act_dt);
-      res.stages["dh"] = detail::concat_rows(rows, &RankRows::dh, F2, act_dt);
-      res.stages["dx_row"] = detail::concat_rows(rows, &RankRows::dx_row, H, act_dt);
+      res.stages["da"] = std::move(rows.da);
+      res.stages["dh"] = std::move(rows.dh);
+      res.stages["dx_row"] = std::move(rows.dx_row);
     }
   }
   return res;

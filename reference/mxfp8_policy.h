@@ -90,9 +90,9 @@ struct Mxfp8Policy : Bf16Policy {
 
   // Blocks of 32 along each row of m (the K dim of the NT form). Throws ConfigError when K is not a
   // multiple of 32: key dispatch.padding for the wgrad operands (K = the segment's rows), else
-  // model.hidden / model.ffn. NOTE: grouped_mlp calls this inside an OpenMP parallel loop, where an
-  // exception cannot propagate (std::terminate): the recipe runner calls check_plan first, so under
-  // grouped_mlp this throw is only a guard for direct callers.
+  // model.hidden / model.ffn. Thrown inside grouped_mlp's parallel loop, it reaches grouped_mlp's
+  // caller (first_error.h); the recipe runners call check_config first, so that a bad configuration
+  // is refused before any work.
   MxOperand quantize_codes(const Matrix& m, Gemm g, Operand op) const;
 
   // THE QUANTIZATION HOOK (numeric_policy.h): the dequantized values of quantize_codes.

@@ -82,8 +82,8 @@ namespace {
 // Codes [total_rows, K] and scales [total_rows, K/32] of a rowwise operand; `q` (NT form = natural
 // layout here) lands at rows row0...
 void put_rowwise(const MxOperand& q, Tensor& codes, Tensor& scales, int64_t row0) {
-  std::copy(q.codes.begin(), q.codes.end(), codes.data.begin() + row0 * q.cols);
-  std::copy(q.scales.begin(), q.scales.end(), scales.data.begin() + row0 * (q.cols / kMxBlock));
+  std::copy(q.codes.begin(), q.codes.end(), codes.u8().begin() + row0 * q.cols);
+  std::copy(q.scales.begin(), q.scales.end(), scales.u8().begin() + row0 * (q.cols / kMxBlock));
 }
 
 // A columnwise operand arrives as t^T [C x M] (blocks along M); in the natural layout its codes are
@@ -91,9 +91,10 @@ void put_rowwise(const MxOperand& q, Tensor& codes, Tensor& scales, int64_t row0
 // [total_rows/32, C]. row0 is a multiple of 32 (segments and weight matrices are).
 void put_columnwise(const MxOperand& q, Tensor& codes, Tensor& scales, int64_t row0) {
   const int64_t C = q.rows, M = q.cols, nb = M / kMxBlock;
+  const std::span<uint8_t> cd = codes.u8(), sc = scales.u8();
   for (int64_t c = 0; c < C; ++c) {
-    for (int64_t i = 0; i < M; ++i) codes.data[(row0 + i) * C + c] = q.codes[c * M + i];
-    for (int64_t b = 0; b < nb; ++b) scales.data[(row0 / kMxBlock + b) * C + c] = q.scales[c * nb + b];
+    for (int64_t i = 0; i < M; ++i) cd[(row0 + i) * C + c] = q.codes[c * M + i];
+    for (int64_t b = 0; b < nb; ++b) sc[(row0 / kMxBlock + b) * C + c] = q.scales[c * nb + b];
   }
 }
 
@@ -103,7 +104,7 @@ Matrix gather_rows(const Tensor& src, const RankPlan& rp, int64_t begin, int64_t
   Matrix m = Matrix::Zero(M, cols);
   for (int64_t i = 0; i < M; ++i) {
     const int64_t t = rp.row_token[begin + i];
-    if (t >= 0) m.row(i) = Eigen::Map<const Eigen::RowVectorXd>(src.row(t), cols);
+    if (t >= 0) src.read(t * cols, cols, m.row(i).data());
   }
   return m;
 }
@@ -157,8 +158,8 @@ void add_mx_operand_stages(const Mxfp8Policy& pol, const Problem& prob, const Di
   }
 
   for (int64_t e = 0; e < E; ++e) {
-    const Matrix W1 = Eigen::Map<const Matrix>(prob.w1.data.data() + e * F2 * H, F2, H);
-    const Matrix W2 = Eigen::Map<const Matrix>(prob.w2.data.data() + e * H * F, H, F);
+    const Matrix W1 = detail::tensor_rows(prob.w1, e * F2, F2, H);
+    const Matrix W2 = detail::tensor_rows(prob.w2, e * H, H, F);
     put_rowwise(pol.quantize_codes(W1, G::kFc1Fprop, O::kB), f1b->codes, f1b->scales, e * F2);
     put_rowwise(pol.quantize_codes(W2, G::kFc2Fprop, O::kB), f2b->codes, f2b->scales, e * H);
     if (backward) {
@@ -176,12 +177,12 @@ void add_mx_operand_stages(const Mxfp8Policy& pol, const Problem& prob, const Di
       const int64_t row0 = rank_row0[r] + b;
       // the very matrices grouped_mlp hands to the policy for this segment
       const Matrix X = gather_rows(prob.x, rp, b, M, H);
-      const Matrix A = Eigen::Map<const Matrix>(a_st.data.data() + row0 * F, M, F);
+      const Matrix A = detail::tensor_rows(a_st, row0, M, F);
       put_rowwise(pol.quantize_codes(X, G::kFc1Fprop, O::kA), f1a->codes, f1a->scales, row0);
       put_rowwise(pol.quantize_codes(A, G::kFc2Fprop, O::kA), f2a->codes, f2a->scales, row0);
       if (!backward) continue;
       const Matrix DY = gather_rows(prob.dy, rp, b, M, H);
-      const Matrix DH = Eigen::Map<const Matrix>(dh_st->data.data() + row0 * F2, M, F2);
+      const Matrix DH = detail::tensor_rows(*dh_st, row0, M, F2);
       put_rowwise(pol.quantize_codes(DY, G::kFc2Dgrad, O::kA), d2a->codes, d2a->scales, row0);
       put_rowwise(pol.quantize_codes(DH, G::kFc1Dgrad, O::kA), d1a->codes, d1a->scales, row0);
       put_columnwise(pol.quantize_codes(DY.transpose(), G::kFc2Wgrad, O::kA), w2a->codes, w2a->scales, row0);
@@ -198,8 +199,8 @@ void add_mx_operand_stages(const Mxfp8Policy& pol, const Problem& prob, const Di
 
 namespace {
 
-// Not MOENUM_REGISTER_REFERENCE_RECIPE: the configuration is checked before the layer's parallel
-// loop (an exception cannot leave an OpenMP region), and the operand stages are added after it.
+// Not MOENUM_REGISTER_REFERENCE_RECIPE: the configuration is checked before the layer runs (a bad
+// one is refused before any work), and the operand stages are added after it.
 const RecipeRegistrar mxfp8_registrar(
     "mxfp8", [](const Scenario& sc, const Problem& prob, const DispatchPlan& plan, const LayerOptions& opt) {
       const Mxfp8Policy pol = Mxfp8Policy::from_scenario(sc);

@@ -119,7 +119,7 @@ def apply(inj: Injection, results: dict) -> dict:
                    f"stages {', '.join(sorted(stages)) or '(none saved)'}")
         raise ScenarioError(f"'{inj.text}': {why}", key="--inject")
     values, dtype = group[inj.tensor]
-    values = np.array(values, dtype=np.float64, copy=True)
+    values = np.array(values, copy=True)  # in the stored dtype: float32, float64, or uint8 codes
     if len(inj.index) != values.ndim or any(not -n <= i < n for i, n in zip(inj.index, values.shape)):
         raise ScenarioError(f"'{inj.text}': index {list(inj.index)} is out of range for {inj.tensor} "
                             f"of shape {list(values.shape)}", key="--inject")

@@ -38,8 +38,9 @@ def _dataset(group, name, array, dtype_attr=None, compress=True):
 
 
 def _storage(values: np.ndarray, dtype: str) -> np.ndarray:
-    """fp64 for golden, float32 otherwise (bf16/fp32 values are exact in float32)."""
-    return values.astype(np.float64 if dtype == "fp64" else np.float32)
+    """fp64 for golden, float32 otherwise (bf16/fp32 values are exact in float32); no copy of an
+    array already stored that way (the backends' arrays are)."""
+    return np.asarray(values, dtype=np.float64 if dtype == "fp64" else np.float32)
 
 
 def table_to_records(table: pd.DataFrame, fields: list | None = None) -> np.ndarray:
@@ -109,7 +110,7 @@ def write_results(path, attrs: dict, prepared, results: dict, table: pd.DataFram
             if write_inputs:
                 inputs = f.create_group("inputs")
                 for name, values in prepared.inputs.items():
-                    _dataset(inputs, name, values.astype(np.float32), "bf16")
+                    _dataset(inputs, name, np.asarray(values, dtype=np.float32), "bf16")
             res = f.create_group("results")
             for backend, r in results.items():
                 g = res.create_group(backend)
@@ -123,7 +124,7 @@ def write_results(path, attrs: dict, prepared, results: dict, table: pd.DataFram
                     st = g.create_group("stages")
                     for name, (values, dtype) in r["stages"].items():
                         if dtype in ("e4m3", "e5m2", "e8m0", "uint8"):
-                            ds = _dataset(st, name, values.astype(np.uint8), dtype)
+                            ds = _dataset(st, name, np.asarray(values, dtype=np.uint8), dtype)
                             ds.attrs["format"] = dtype
                         else:
                             _dataset(st, name, _storage(values, dtype), dtype)

@@ -202,5 +202,6 @@ def _full_diffs(results, names, baseline):
     for a, b in comparison_pairs(names, baseline):
         ra, rb = results[a].get("outputs"), results[b].get("outputs")
         if ra and rb:
-            diffs[f"{a}__vs__{b}"] = {t: v - rb[t][0] for t, (v, _) in ra.items() if t in rb}
+            diffs[f"{a}__vs__{b}"] = {t: np.asarray(v, dtype=np.float64) - np.asarray(rb[t][0], dtype=np.float64)
+                                      for t, (v, _) in ra.items() if t in rb}
     return diffs

@@ -49,11 +49,15 @@ class DeviceBuffer {
   }
   std::vector<T> download(cudaStream_t s = nullptr) const {
     std::vector<T> v(n_);
+    download_to(v.data(), s);
+    return v;
+  }
+  // All size() elements into host memory at dst; returns when they are there.
+  void download_to(T* dst, cudaStream_t s = nullptr) const {
     if (n_) {
-      MOENUM_CUDA_CHECK(cudaMemcpyAsync(v.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost, s));
+      MOENUM_CUDA_CHECK(cudaMemcpyAsync(dst, p_, n_ * sizeof(T), cudaMemcpyDeviceToHost, s));
       MOENUM_CUDA_CHECK(cudaStreamSynchronize(s));
     }
-    return v;
   }
   void zero(cudaStream_t s = nullptr) {
     if (n_) MOENUM_CUDA_CHECK(cudaMemsetAsync(p_, 0, n_ * sizeof(T), s));

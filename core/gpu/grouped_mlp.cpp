@@ -1,6 +1,7 @@
 #include "grouped_mlp.h"
 
 #include <algorithm>
+#include <span>
 #include <tuple>
 
 #include "cuda_check.h"
@@ -12,43 +13,49 @@ namespace moenum::gpu {
 
 namespace {
 
-std::vector<uint16_t> to_bf16(const double* v, size_t n) {
-  std::vector<uint16_t> out(n);
-  for (size_t i = 0; i < n; ++i) out[i] = bf16_bits_rn(static_cast<float>(v[i]));  // exact: values are bf16
-  return out;
-}
+// Host-side conversions of whole tensors run in parallel above this many elements: widening the
+// stages back to float dominates a backend's time at production shapes otherwise.
+constexpr int64_t kParallelConvert = int64_t(1) << 16;
 
-void upload_bf16(DeviceBuffer<uint16_t>& d, const double* v, size_t n, cudaStream_t s) {
-  auto h = to_bf16(v, n);
-  d.reset(n);
+void upload_bf16(DeviceBuffer<uint16_t>& d, std::span<const float> v, cudaStream_t s) {
+  const int64_t n = int64_t(v.size());
+  std::vector<uint16_t> h(v.size());
+#pragma omp parallel for schedule(static) if (n > kParallelConvert)
+  for (int64_t i = 0; i < n; ++i) h[i] = bf16_bits_rn(v[i]);  // exact: values are bf16
+  d.reset(h.size());
   if (n) MOENUM_CUDA_CHECK(cudaMemcpyAsync(d.get(), h.data(), n * 2, cudaMemcpyHostToDevice, s));
   MOENUM_CUDA_CHECK(cudaStreamSynchronize(s));  // h goes out of scope
 }
 
 Tensor bf16_tensor(const DeviceBuffer<uint16_t>& d, std::vector<int64_t> shape, cudaStream_t s) {
   Tensor t(std::move(shape), "bf16");
-  auto h = d.download(s);
-  MOENUM_CHECK(static_cast<int64_t>(h.size()) == t.size(), "bf16 download size mismatch");
-  for (size_t i = 0; i < h.size(); ++i) t.data[i] = bf16_to_f32(h[i]);
+  const int64_t n = t.size();
+  MOENUM_CHECK(static_cast<int64_t>(d.size()) == n, "bf16 download size mismatch");
+  std::vector<uint16_t> h(d.size());
+  d.download_to(h.data(), s);
+  const std::span<float> out = t.f32();
+#pragma omp parallel for schedule(static) if (n > kParallelConvert)
+  for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(h[i]);
   return t;
 }
 
 Tensor fp32_tensor(const std::vector<const DeviceBuffer<float>*>& parts, std::vector<int64_t> shape, cudaStream_t s) {
   Tensor t(std::move(shape), "fp32");
+  const std::span<float> out = t.f32();
   size_t at = 0;
   for (auto* p : parts) {
-    auto h = p->download(s);
-    for (float v : h) t.data.at(at++) = v;
+    MOENUM_CHECK(at + p->size() <= out.size(), "fp32 download size mismatch");
+    p->download_to(out.data() + at, s);
+    at += p->size();
   }
-  MOENUM_CHECK(static_cast<int64_t>(at) == t.size(), "fp32 download size mismatch");
+  MOENUM_CHECK(at == out.size(), "fp32 download size mismatch");
   return t;
 }
 
 Tensor u8_tensor(const DeviceBuffer<uint8_t>& d, std::vector<int64_t> shape, const char* dtype, cudaStream_t s) {
   Tensor t(std::move(shape), dtype);
-  auto h = d.download(s);
-  MOENUM_CHECK(static_cast<int64_t>(h.size()) == t.size(), "fp8/e8m0 download size mismatch");
-  for (size_t i = 0; i < h.size(); ++i) t.data[i] = h[i];
+  MOENUM_CHECK(static_cast<int64_t>(d.size()) == t.size(), "fp8/e8m0 download size mismatch");
+  d.download_to(t.u8().data(), s);
   return t;
 }
 
@@ -102,10 +109,10 @@ GroupedMlp::GroupedMlp(const RunContext& ctx, std::unique_ptr<GemmEngine> engine
   const Problem& p = ctx.problem;
   T_ = p.T, H_ = p.H, F_ = p.F, E_ = p.E, k_ = p.k;
   cudaStream_t s = nullptr;
-  upload_bf16(x_, p.x.data.data(), p.x.data.size(), s);
-  upload_bf16(dy_, p.dy.data.data(), p.dy.data.size(), s);
-  upload_bf16(b1_, p.b1.data.data(), p.b1.data.size(), s);
-  upload_bf16(b2_, p.b2.data.data(), p.b2.data.size(), s);
+  upload_bf16(x_, p.x.f32(), s);
+  upload_bf16(dy_, p.dy.f32(), s);
+  upload_bf16(b1_, p.b1.f32(), s);
+  upload_bf16(b2_, p.b2.f32(), s);
   const size_t n1 = 2 * F_ * H_, n2 = H_ * F_;
   const int nbuf = opt_.discrete_weights ? static_cast<int>(E_) : 1;
   const size_t per1 = opt_.discrete_weights ? n1 : n1 * E_, per2 = opt_.discrete_weights ? n2 : n2 * E_;
@@ -114,8 +121,8 @@ GroupedMlp::GroupedMlp(const RunContext& ctx, std::unique_ptr<GemmEngine> engine
   dw1_.resize(nbuf);
   dw2_.resize(nbuf);
   for (int i = 0; i < nbuf; ++i) {
-    upload_bf16(w1_[i], p.w1.data.data() + i * per1, per1, s);
-    upload_bf16(w2_[i], p.w2.data.data() + i * per2, per2, s);
+    upload_bf16(w1_[i], p.w1.f32().subspan(i * per1, per1), s);
+    upload_bf16(w2_[i], p.w2.f32().subspan(i * per2, per2), s);
     dw1_[i].reset(per1);
     dw2_[i].reset(per2);
   }

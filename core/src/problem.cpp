@@ -1,5 +1,6 @@
 // Input generation. Each element is a pure function of (seed, tensor stream, flat index), so the
-// same scenario gives the same inputs whatever the EP size, padding or thread count.
+// same scenario gives the same inputs whatever the EP size, padding or thread count, and the
+// elements are drawn in parallel.
 #include "moenum/problem.h"
 
 #include <cmath>
@@ -27,9 +28,12 @@ InputRegime regime_for(const Scenario& sc, const std::string& name) {
 Tensor draw(const Scenario& sc, const std::string& name, uint64_t stream, std::vector<int64_t> shape,
             double default_std) {
   Tensor t(std::move(shape), "bf16");
+  const std::span<float> out = t.f32();
   const InputRegime reg = regime_for(sc, name);
   const double std_dev = default_std * reg.scale;
-  for (int64_t i = 0; i < t.size(); ++i) {
+  const int64_t n = t.size();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
     double v;
     if (reg.dist == "uniform") {  // same std as the normal: U(-sqrt(3), sqrt(3))
       v = (2.0 * rng::uniform(sc.seed, stream, i) - 1.0) * std::sqrt(3.0);
@@ -40,7 +44,7 @@ Tensor draw(const Scenario& sc, const std::string& name, uint64_t stream, std::v
     if (reg.outlier_fraction > 0.0 &&
         rng::uniform(sc.seed, rng::kOutliers * 64 + stream, i) < reg.outlier_fraction)
       v *= reg.outlier_scale;
-    t.data[i] = round_bf16(static_cast<float>(v));
+    out[i] = round_bf16(static_cast<float>(v));
   }
   return t;
 }

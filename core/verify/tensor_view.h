@@ -12,8 +12,8 @@ namespace moenum::verify {
 
 inline View view_of(const Tensor& t) {
   View v;
-  v.data = t.data.data();
-  v.storage = Storage::kF64;
+  v.data = t.bytes();
+  v.storage = t.storage();
   v.shape = t.shape;
   v.dtype = t.dtype;
   return v;

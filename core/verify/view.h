@@ -8,10 +8,11 @@
 #include <vector>
 
 #include "moenum/error.h"
+#include "moenum/tensor.h"  // Storage
 
 namespace moenum::verify {
 
-enum class Storage : int { kF32, kF64, kU8 };
+using moenum::Storage;
 
 struct View {
   const void* data = nullptr;

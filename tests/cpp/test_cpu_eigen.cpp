@@ -15,9 +15,12 @@
 #include "moenum/problem.h"
 #include "moenum/routing.h"
 #include "stage_ops.h"
+#include "test_util.h"
 
 using namespace moenum;
 using namespace moenum::reference;
+using moenum::testing::Prepared;
+using moenum::testing::run_backend;
 
 namespace {
 
@@ -35,35 +38,21 @@ double half_ulp_f32(double c) {
   return std::ldexp(1.0, std::max(e - 1, -126) - 24);
 }
 
-struct Prepared {
-  Scenario sc;
-  Problem prob;
-  Routing routing;
-  DispatchPlan plan;
-};
-
 Prepared prepare(const std::string& recipe) {
-  Prepared r;
-  r.sc.name = "cpu-eigen-test";
-  r.sc.seed = 11;
-  r.sc.tokens = 64;
-  r.sc.model.experts = 4;
-  r.sc.model.hidden = 64;
-  r.sc.model.ffn = 32;
-  r.sc.model.topk = 2;
-  r.sc.dispatch.ep = 2;
-  r.sc.dispatch.padding = "module";
-  r.sc.dispatch.align = 32;
-  r.sc.recipe.name = recipe;
-  r.sc.output.intermediates = true;
-  r.prob = generate_problem(r.sc);
-  r.routing = route(r.sc);
-  r.plan = plan_dispatch(r.sc, r.routing);
-  return r;
-}
-
-BackendResult run_backend(const std::string& name, const Prepared& r) {
-  return make_backend(name)->run(RunContext{r.sc, r.prob, r.routing, r.plan});
+  Scenario sc;
+  sc.name = "cpu-eigen-test";
+  sc.seed = 11;
+  sc.tokens = 64;
+  sc.model.experts = 4;
+  sc.model.hidden = 64;
+  sc.model.ffn = 32;
+  sc.model.topk = 2;
+  sc.dispatch.ep = 2;
+  sc.dispatch.padding = "module";
+  sc.dispatch.align = 32;
+  sc.recipe.name = recipe;
+  sc.output.intermediates = true;
+  return moenum::testing::prepare(std::move(sc));
 }
 
 }  // namespace
@@ -129,10 +118,11 @@ TEST(CpuEigen, SameStagesAsTheReferenceElementwiseBitExactGemmsWithinBound) {
     int64_t at = 0;
     for (const auto& rp : r.plan.ranks)
       for (float v : rp.row_prob) p(at++) = v;
-    const Matrix H = Eigen::Map<const Matrix>(h.data.data(), R, F2);
+    Matrix H(R, F2);
+    h.read(0, R * F2, H.data());
     const auto fwd = stage_ops::act_forward(H, p, rnd);
     const Tensor& a = eig.stages.at("a");
-    for (int64_t i = 0; i < R * F; ++i) ASSERT_EQ(a.data[i], fwd.a.data()[i]) << recipe << " a[" << i << "]";
+    for (int64_t i = 0; i < R * F; ++i) ASSERT_EQ(a.get(i), fwd.a.data()[i]) << recipe << " a[" << i << "]";
     // dw2 of cpu.eigen within the bound of the exact GEMM on its own operands
     const Tensor& dw2 = eig.outputs.at("dw2");
     const int64_t Hd = r.prob.H;
@@ -147,13 +137,13 @@ TEST(CpuEigen, SameStagesAsTheReferenceElementwiseBitExactGemmsWithinBound) {
         for (size_t i = 0; i < rp.row_expert.size(); ++i, ++global) {
           if (rp.row_expert[i] != e) continue;
           const int64_t tok = rp.row_token[i];
-          for (int64_t j = 0; j < Hd; ++j) DYt(j, c) = tok >= 0 ? r.prob.dy.data[tok * Hd + j] : 0.0;
-          for (int64_t j = 0; j < F; ++j) At(j, c) = a.data[global * F + j];
+          for (int64_t j = 0; j < Hd; ++j) DYt(j, c) = tok >= 0 ? r.prob.dy.get(tok * Hd + j) : 0.0;
+          for (int64_t j = 0; j < F; ++j) At(j, c) = a.get(global * F + j);
           ++c;
         }
       const stage_ops::GemmRef g = stage_ops::exact_gemm_ref(DYt, At, nullptr);
       for (int64_t i = 0; i < Hd * F; ++i) {
-        const double v = dw2.data[e * Hd * F + i], c32 = g.c32.data()[i];
+        const double v = dw2.get(e * Hd * F + i), c32 = g.c32.data()[i];
         EXPECT_LE(std::fabs(v - c32), gamma(rows, 0x1p-24) * g.absprod.data()[i] + half_ulp_f32(c32))
             << recipe << " dw2[" << e << "][" << i << "]";
         differ += v != c32;
@@ -177,9 +167,13 @@ TEST(StageOps, ReproduceTheReferenceStagesBitForBit) {
   for (const auto& rp : r.plan.ranks)
     for (size_t i = 0; i < rp.row_prob.size(); ++i, ++at) {
       p(at) = rp.row_prob[i];
-      for (int64_t j = 0; j < Hd; ++j) b2rows(at, j) = r.prob.b2.data[rp.row_expert[i] * Hd + j];
+      for (int64_t j = 0; j < Hd; ++j) b2rows(at, j) = r.prob.b2.get(rp.row_expert[i] * Hd + j);
     }
-  auto M = [](const Tensor& t) { return Matrix(Eigen::Map<const Matrix>(t.data.data(), t.shape[0], t.shape[1])); };
+  auto M = [](const Tensor& t) {
+    Matrix m(t.shape[0], t.shape[1]);
+    t.read(0, t.size(), m.data());
+    return m;
+  };
   const auto fwd = stage_ops::act_forward(M(h), p, stage_ops::Round::kBf16);
   EXPECT_EQ(fwd.a, M(a));
   EXPECT_EQ(fwd.act, M(ref.stages.at("act")));

@@ -112,7 +112,12 @@ int64_t count_pad_rows(const DispatchPlan& plan, bool zero) {
   return n;
 }
 
+using moenum::testing::as_fp64;
+using moenum::testing::doubles;
+using moenum::testing::Prepared;
+using moenum::testing::prepare;
 using moenum::testing::rel_fro;
+using moenum::testing::run_backend;
 
 void expect_same_bits(const LayerResult& a, const LayerResult& b, const std::string& what) {
   ASSERT_EQ(a.outputs.size(), b.outputs.size()) << what;
@@ -121,15 +126,15 @@ void expect_same_bits(const LayerResult& a, const LayerResult& b, const std::str
     ASSERT_EQ(ta.shape, tb.shape) << what << " " << name;
     int64_t bad = 0;
     for (int64_t i = 0; i < ta.size(); ++i)
-      if (std::bit_cast<uint64_t>(ta.data[i]) != std::bit_cast<uint64_t>(tb.data[i]) && bad++ < 3)
-        ADD_FAILURE() << what << ": " << name << "[" << i << "] " << ta.data[i] << " vs " << tb.data[i];
+      if (std::bit_cast<uint64_t>(ta.get(i)) != std::bit_cast<uint64_t>(tb.get(i)) && bad++ < 3)
+        ADD_FAILURE() << what << ": " << name << "[" << i << "] " << ta.get(i) << " vs " << tb.get(i);
     EXPECT_EQ(bad, 0) << what << ": " << name;
   }
 }
 
 double loss(const Tensor& y, const Tensor& dy) {
   double l = 0;
-  for (int64_t i = 0; i < y.size(); ++i) l += y.data[i] * dy.data[i];
+  for (int64_t i = 0; i < y.size(); ++i) l += y.get(i) * dy.get(i);
   return l;
 }
 
@@ -189,6 +194,7 @@ TEST(GroupedMlp, GoldenMatchesFiniteDifferences) {
   const int64_t T = 8, E = 4, H = 8, F = 8, k = 2;
   const Scenario sc = make_scenario(T, E, H, F, k);
   Problem prob = generate_problem(sc);
+  for (Tensor* t : {&prob.x, &prob.w1, &prob.b1, &prob.w2, &prob.b2, &prob.dy}) *t = as_fp64(*t);
   const Routing routing = hand_routing(T, E, k, 11);
   // EP 2, router pad rows (align 3) and zero pad rows (align 4): every kind of row takes part.
   DispatchPlan plan = hand_plan(routing, 2, 3, 4);
@@ -207,14 +213,14 @@ TEST(GroupedMlp, GoldenMatchesFiniteDifferences) {
     const double h = 1e-5;
     double worst = 0;
     for (int64_t i = 0; i < param.size(); ++i) {
-      const double v = param.data[i];
-      param.data[i] = v + h;
+      const double v = param.get(i);
+      param.set(i, v + h);
       const double lp = L();
-      param.data[i] = v - h;
+      param.set(i, v - h);
       const double lm = L();
-      param.data[i] = v;
+      param.set(i, v);
       const double fd = (lp - lm) / (2 * h);
-      worst = std::max(worst, std::fabs(fd - grad.data[i]) / (1.0 + std::fabs(grad.data[i])));
+      worst = std::max(worst, std::fabs(fd - grad.get(i)) / (1.0 + std::fabs(grad.get(i))));
     }
     EXPECT_LT(worst, 1e-7) << grad_name;
   };
@@ -238,7 +244,7 @@ TEST(GroupedMlp, GoldenMatchesFiniteDifferences) {
       const double lm = L();
       rp.row_prob[i] = p;
       const double fd = (lp - lm) / (double(p + h) - double(p - h));
-      const double g = dprobs.data[rp.row_token[i] * k + rp.row_slot[i]];
+      const double g = dprobs.get(rp.row_token[i] * k + rp.row_slot[i]);
       EXPECT_NEAR(fd, g, 1e-9 * (1 + std::fabs(g))) << "token " << rp.row_token[i] << " slot " << rp.row_slot[i];
       ++checked;
     }
@@ -297,7 +303,7 @@ TEST(GroupedMlp, ReferenceCloseToGolden) {
     EXPECT_EQ(f32.outputs.at("y").dtype, "fp32");
     EXPECT_EQ(gold.outputs.at("y").dtype, "fp64");
     // every bf16 output value is a bf16 value
-    for (double v : bf.outputs.at("y").data) EXPECT_EQ(v, double(round_bf16(float(v))));
+    for (float v : bf.outputs.at("y").f32()) EXPECT_EQ(v, round_bf16(v));
   }
 }
 
@@ -346,6 +352,7 @@ TEST(GroupedMlp, Bf16StagesFollowTheRecipe) {
   Scenario sc = make_scenario(32, 4, 32, 16, 2);
   const Problem prob = generate_problem(sc);
   const DispatchPlan plan = plan_dispatch(sc, route(sc));
+  const std::vector<double> x = doubles(prob.x), w1 = doubles(prob.w1), w2 = doubles(prob.w2);
   LayerOptions opt;
   opt.keep_stages = true;
   for (const std::string mode : {"separate", "epilogue"}) {
@@ -355,36 +362,37 @@ TEST(GroupedMlp, Bf16StagesFollowTheRecipe) {
     const int64_t H = 32, F = 16;
     const Tensor &h = r.stages.at("h"), &a = r.stages.at("a"), &o = r.stages.at("o"), &out = r.stages.at("out");
     const Tensor &da = r.stages.at("da"), &dh = r.stages.at("dh");
+    const std::vector<double> av = doubles(a);
     for (size_t i = 0; i < rp.row_token.size(); ++i) {
       const int64_t t = rp.row_token[i], e = rp.row_expert[i];
       const float p = rp.row_prob[i];
       for (int64_t j = 0; j < 2 * F; ++j) {  // h
-        const double* w = prob.w1.data.data() + (e * 2 * F + j) * H;
-        const float b = float(prob.b1.data[e * 2 * F + j]);
+        const double* w = w1.data() + (e * 2 * F + j) * H;
+        const float b = float(prob.b1.get(e * 2 * F + j));
         float want;
         if (mode == "separate") {
-          want = round_bf16(round_bf16(dot_rn_f32(prob.x.row(t), w, H)) + b);
+          want = round_bf16(round_bf16(dot_rn_f32(x.data() + t * H, w, H)) + b);
         } else {
           ExactSum s;
-          for (int64_t c = 0; c < H; ++c) s.add_product(prob.x.row(t)[c], w[c]);
+          for (int64_t c = 0; c < H; ++c) s.add_product(x[t * H + c], w[c]);
           s.add(b);
           want = round_bf16(s.round_f32());
         }
-        ASSERT_EQ(h.data[i * 2 * F + j], want) << mode << " h row " << i << " col " << j;
+        ASSERT_EQ(h.get(i * 2 * F + j), want) << mode << " h row " << i << " col " << j;
       }
       for (int64_t j = 0; j < F; ++j) {  // a = bf16(silu(g) * l * p); dh from da
-        const float g = float(h.data[i * 2 * F + j]), l = float(h.data[i * 2 * F + F + j]);
+        const float g = float(h.get(i * 2 * F + j)), l = float(h.get(i * 2 * F + F + j));
         const float act = silu_f32(g) * l;
-        ASSERT_EQ(a.data[i * F + j], round_bf16(act * p));
-        const float dact = float(da.data[i * F + j]) * p;
-        ASSERT_EQ(dh.data[i * 2 * F + j], round_bf16(dact * l * dsilu_f32(g)));
-        ASSERT_EQ(dh.data[i * 2 * F + F + j], round_bf16(dact * silu_f32(g)));
+        ASSERT_EQ(a.get(i * F + j), round_bf16(act * p));
+        const float dact = float(da.get(i * F + j)) * p;
+        ASSERT_EQ(dh.get(i * 2 * F + j), round_bf16(dact * l * dsilu_f32(g)));
+        ASSERT_EQ(dh.get(i * 2 * F + F + j), round_bf16(dact * silu_f32(g)));
       }
       for (int64_t j = 0; j < H; ++j) {  // o = bf16(exact a . w2^T); out = bf16(o + b2 * p)
-        const double* w = prob.w2.data.data() + (e * H + j) * F;
-        const float ov = round_bf16(dot_rn_f32(a.data.data() + i * F, w, F));
-        ASSERT_EQ(o.data[i * H + j], ov);
-        ASSERT_EQ(out.data[i * H + j], round_bf16(ov + float(prob.b2.data[e * H + j]) * p));
+        const double* w = w2.data() + (e * H + j) * F;
+        const float ov = round_bf16(dot_rn_f32(av.data() + i * F, w, F));
+        ASSERT_EQ(o.get(i * H + j), ov);
+        ASSERT_EQ(out.get(i * H + j), round_bf16(ov + float(prob.b2.get(e * H + j)) * p));
       }
     }
   }
@@ -393,25 +401,22 @@ TEST(GroupedMlp, Bf16StagesFollowTheRecipe) {
 TEST(GroupedMlp, BackendsRegisteredAndReportGemmPaths) {
   Scenario sc = make_scenario(256, 8, 128, 128, 2);
   sc.dispatch = {2, "module", 32};
-  const Problem prob = generate_problem(sc);
-  const Routing routing = route(sc);
-  const DispatchPlan plan = plan_dispatch(sc, routing);
-  const RunContext ctx{sc, prob, routing, plan};
+  Prepared p = prepare(sc);
   for (const std::string recipe : {"bf16", "fp32"}) {
-    sc.recipe.name = recipe;
+    p.sc.recipe.name = recipe;
     auto ref = make_backend("reference");
-    ASSERT_TRUE(ref->available(sc).ok);
-    const BackendResult r = ref->run(ctx);
+    ASSERT_TRUE(ref->available(p.sc).ok);
+    const BackendResult r = ref->run(p.context());
     EXPECT_EQ(r.outputs.size(), 7u);
     std::printf("reference %s: exact path %s of %s GEMM outputs (fraction %s); reductions %s; %.2f s\n",
                 recipe.c_str(), r.attrs.at("exact_path_outputs").c_str(), r.attrs.at("gemm_outputs").c_str(),
                 r.attrs.at("exact_path_fraction").c_str(), r.attrs.at("exact_path.reductions").c_str(), r.seconds);
     EXPECT_LT(std::stod(r.attrs.at("exact_path_fraction")), 1e-3);
   }
-  const BackendResult g = make_backend("golden")->run(ctx);
+  const BackendResult g = run_backend("golden", p);
   EXPECT_EQ(g.outputs.at("dx").dtype, "fp64");
-  sc.recipe.name = "fp8_block";  // no CPU emulation (mxfp8 has one: test_mxfp8_recipe.cpp)
-  const Availability av = make_backend("reference")->available(sc);
+  p.sc.recipe.name = "fp8_block";  // no CPU emulation (mxfp8 has one: test_mxfp8_recipe.cpp)
+  const Availability av = make_backend("reference")->available(p.sc);
   EXPECT_FALSE(av.ok);
   EXPECT_EQ(av.disposition, Disposition::not_supported);
 }

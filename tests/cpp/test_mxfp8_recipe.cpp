@@ -90,15 +90,11 @@ bool same_bits(const Matrix& a, const Matrix& b) {
   return true;
 }
 
-bool same_bits(const Tensor& a, const Tensor& b, int64_t begin = 0, int64_t end = -1) {
-  if (a.shape != b.shape) return false;
-  if (end < 0) end = a.size();
-  for (int64_t i = begin; i < end; ++i)
-    if (std::bit_cast<uint64_t>(a.data[i]) != std::bit_cast<uint64_t>(b.data[i])) return false;
-  return true;
-}
-
+using moenum::testing::Prepared;
+using moenum::testing::prepare;
 using moenum::testing::rel_fro;
+using moenum::testing::same_bits;
+using moenum::testing::run_backend;
 
 // Router pad rows (real tokens, slot -1) of each expert in a plan.
 std::vector<int64_t> router_pad_rows(const DispatchPlan& plan, int64_t E) {
@@ -117,14 +113,16 @@ Matrix gathered(const Tensor& src, const DispatchPlan& plan, int64_t cols) {
   int64_t at = 0;
   for (const auto& rp : plan.ranks)
     for (int64_t t : rp.row_token) {
-      if (t >= 0) m.row(at) = Eigen::Map<const Eigen::RowVectorXd>(src.row(t), cols);
+      if (t >= 0) src.read(t * cols, cols, m.row(at).data());
       ++at;
     }
   return m;
 }
 
 Matrix as_matrix(const Tensor& t, int64_t rows, int64_t cols, int64_t offset = 0) {
-  return Eigen::Map<const Matrix>(t.data.data() + offset, rows, cols);
+  Matrix m(rows, cols);
+  t.read(offset, rows * cols, m.data());
+  return m;
 }
 
 // A policy that also records, in call order, what every quantize_operand call produced (run it on
@@ -316,12 +314,12 @@ TEST(Mxfp8Recipe, StagesAreTheBytesTheGemmsWereFed) {
       for (int64_t k = 0; k < q.cols; ++k) {
         // NT element (i, k) is natural (row0 + i, k) rowwise, (row0 + k, i) columnwise
         const int64_t at = col ? (row0 + k) * cols + i : (row0 + i) * cols + k;
-        ASSERT_EQ(codes.data[at], double(q.codes[i * q.cols + k])) << name << " seg " << seg;
+        ASSERT_EQ(codes.get(at), double(q.codes[i * q.cols + k])) << name << " seg " << seg;
       }
     for (int64_t i = 0; i < q.rows; ++i)
       for (int64_t b = 0; b < nb; ++b) {
         const int64_t at = col ? (row0 / kMxBlock + b) * cols + i : (row0 + i) * (cols / kMxBlock) + b;
-        ASSERT_EQ(scales.data[at], double(q.scales[i * nb + b])) << name << " seg " << seg;
+        ASSERT_EQ(scales.get(at), double(q.scales[i * nb + b])) << name << " seg " << seg;
       }
     ++checked;
   }
@@ -350,20 +348,18 @@ TEST(Mxfp8Recipe, StagesAreTheBytesTheGemmsWereFed) {
     EXPECT_EQ(scales.shape, scale_shape) << name;
     EXPECT_EQ(codes.size(), R * C) << name;
     EXPECT_EQ(codes.shape.back(), C) << name;
-    EXPECT_TRUE(std::equal(q.begin(), q.end(), codes.data.begin())) << name << " codes";
-    EXPECT_TRUE(std::equal(s.begin(), s.end(), scales.data.begin())) << name << " scales";
+    EXPECT_TRUE(std::ranges::equal(q, codes.u8())) << name << " codes";
+    EXPECT_TRUE(std::ranges::equal(s, scales.u8())) << name << " scales";
   }
 }
 
 TEST(Mxfp8Recipe, BackendRegisteredWithStages) {
   Scenario sc = make_scenario(128, 4, 64, 32, 2, 2, "hybridep", 32);
   sc.output.intermediates = true;
-  const Problem prob = generate_problem(sc);
-  const Routing routing = route(sc);
-  const DispatchPlan plan = plan_dispatch(sc, routing);
+  Prepared p = prepare(sc);
   auto ref = make_backend("reference");
   ASSERT_TRUE(ref->available(sc).ok) << ref->available(sc).reason;
-  const BackendResult r = ref->run(RunContext{sc, prob, routing, plan});
+  const BackendResult r = ref->run(p.context());
   EXPECT_EQ(r.outputs.size(), 7u);
   EXPECT_EQ(r.outputs.at("y").dtype, "bf16");
   EXPECT_EQ(r.outputs.at("dx").dtype, "bf16");
@@ -374,14 +370,14 @@ TEST(Mxfp8Recipe, BackendRegisteredWithStages) {
     for (Operand op : kOps) {
       ASSERT_TRUE(r.stages.count(opname(g, op) + ".codes")) << opname(g, op);
       ASSERT_TRUE(r.stages.count(opname(g, op) + ".scales")) << opname(g, op);
-      for (double v : r.stages.at(opname(g, op) + ".codes").data) ASSERT_TRUE(v >= 0 && v <= 255 && v == std::floor(v));
+      EXPECT_EQ(r.stages.at(opname(g, op) + ".codes").storage(), Storage::kU8) << opname(g, op);
       n += 2;
     }
   EXPECT_EQ(n, 24);
   for (const char* s : {"h", "a", "dh", "da"}) EXPECT_TRUE(r.stages.count(s)) << s;
   // without intermediates: no stages at all
-  sc.output.intermediates = false;
-  EXPECT_TRUE(ref->run(RunContext{sc, prob, routing, plan}).stages.empty());
+  p.sc.output.intermediates = false;
+  EXPECT_TRUE(ref->run(p.context()).stages.empty());
 }
 
 // ---- configuration errors ---------------------------------------------------------------------
@@ -407,22 +403,16 @@ TEST(Mxfp8Recipe, UnalignedSegmentIsConfigError) {
   EXPECT_NO_THROW(pol.quantize_operand(crafted(45, 64, 1), Gemm::kFc2Fprop, Operand::kA));  // rows: any count
 
   // through the backend: padding none leaves unaligned segments; the run is refused before the layer
-  Scenario sc = make_scenario(100, 4, 64, 32, 2, 1, "none", 0);
-  const Problem prob = generate_problem(sc);
-  const Routing routing = route(sc);
-  const DispatchPlan plan = plan_dispatch(sc, routing);
+  const Prepared unaligned = prepare(make_scenario(100, 4, 64, 32, 2, 1, "none", 0));
   try {
-    make_backend("reference")->run(RunContext{sc, prob, routing, plan});
+    run_backend("reference", unaligned);
     FAIL() << "no ConfigError";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("dispatch.padding"), std::string::npos) << e.what();
   }
-  Scenario sc2 = make_scenario(64, 4, 48, 32, 2);
-  const Problem prob2 = generate_problem(sc2);
-  const Routing routing2 = route(sc2);
-  const DispatchPlan plan2 = plan_dispatch(sc2, routing2);
+  const Prepared hidden48 = prepare(make_scenario(64, 4, 48, 32, 2));
   try {
-    make_backend("reference")->run(RunContext{sc2, prob2, routing2, plan2});
+    run_backend("reference", hidden48);
     FAIL() << "no ConfigError";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("model.hidden"), std::string::npos) << e.what();
@@ -466,7 +456,7 @@ TEST(Mxfp8Recipe, ReferenceCloseToGolden) {
         EXPECT_LT(e_mx, grad == "e5m2" ? 0.15 : 0.1) << name;  // MXFP8 error: a few percent
         if (name != "db2") EXPECT_GT(e_mx, 3 * e_bf) << name;  // visibly more than bf16's (db2: no GEMM)
       }
-      for (double v : mx.outputs.at("y").data) ASSERT_EQ(v, double(round_bf16(float(v))));
+      for (float v : mx.outputs.at("y").f32()) ASSERT_EQ(v, round_bf16(v));
     }
 }
 
@@ -477,9 +467,8 @@ std::map<std::pair<int64_t, int64_t>, std::vector<float>> routed_rows(const std:
                                                                        const DispatchPlan& plan, Fp8Format f) {
   const Tensor &codes = st.at(name + ".codes"), &scales = st.at(name + ".scales");
   const int64_t N = codes.shape[0], C = codes.shape[1];
-  std::vector<uint8_t> q(codes.data.begin(), codes.data.end()), s(scales.data.begin(), scales.data.end());
   std::vector<float> y(N * C);
-  mx_dequantize_columnwise(q.data(), s.data(), N, C, y.data(), f);
+  mx_dequantize_columnwise(codes.u8().data(), scales.u8().data(), N, C, y.data(), f);
   std::map<std::pair<int64_t, int64_t>, std::vector<float>> out;
   int64_t at = 0;
   for (const auto& rp : plan.ranks)

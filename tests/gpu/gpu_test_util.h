@@ -1,4 +1,5 @@
-// Helpers for the GPU gtests: skip (never pass) without a device, small scenarios, the per-element
+// Helpers for the GPU gtests, on top of the shared kit (tests/cpp/test_util.h): skip (never pass)
+// without a device, small scenarios, the per-element
 // GEMM bound of numerics.md §7, and CPU restatements of the elementwise stages built from the same
 // shared headers the kernels use.
 #pragma once
@@ -16,6 +17,7 @@
 #include "moenum/problem.h"
 #include "moenum/routing.h"
 #include "moenum/scenario.h"
+#include "test_util.h"
 
 #define MOENUM_REQUIRE_GPU()                                                   \
   do {                                                                         \
@@ -92,26 +94,18 @@ inline int64_t count_bound_violations(const std::function<double(int64_t, int64_
 }
 
 // One backend run on a scenario, with everything the checks need to recompute its stages.
-struct LayerRun {
-  Scenario sc;
-  Problem prob;
-  Routing routing;
-  DispatchPlan plan;
+struct LayerRun : moenum::testing::Prepared {
   gpu::FlatPlan flat;
   BackendResult res;
 };
 
 inline LayerRun run_layer(const std::string& backend, Scenario sc) {
-  LayerRun r;
-  r.sc = std::move(sc);
-  r.prob = generate_problem(r.sc);
-  r.routing = route(r.sc);
-  r.plan = plan_dispatch(r.sc, r.routing);
+  LayerRun r{moenum::testing::prepare(std::move(sc))};
   r.flat = gpu::flatten_plan(r.routing, r.plan, r.prob.T, r.prob.E, r.prob.k);
   auto be = make_backend(backend);
   Availability av = be->available(r.sc);
   EXPECT_TRUE(av.ok) << av.reason;
-  r.res = be->run(RunContext{r.sc, r.prob, r.routing, r.plan});
+  r.res = be->run(r.context());
   return r;
 }
 

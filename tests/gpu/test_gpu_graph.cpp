@@ -17,7 +17,7 @@ namespace {
 
 #ifdef MOENUM_HAVE_CUTLASS
 void expect_same(const BackendResult& a, const BackendResult& b, const char* what) {
-  for (const auto& [name, t] : a.outputs) EXPECT_EQ(t.data, b.outputs.at(name).data) << what << ": " << name;
+  for (const auto& [name, t] : a.outputs) EXPECT_TRUE(moenum::testing::same_bits(t, b.outputs.at(name))) << what << ": " << name;
 }
 
 BackendResult eager(const RunContext& ctx, cudaStream_t s) {

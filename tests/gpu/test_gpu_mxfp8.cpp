@@ -105,8 +105,8 @@ std::vector<double> dequant(const Tensor& codes, const Tensor& scales, bool colu
   std::vector<double> out(size_t(rows * cols));
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j) {
-      const double s = columnwise ? scales.data[(i / 32) * cols + j] : scales.data[i * (cols / 32) + j / 32];
-      out[i * cols + j] = mx_dequantize_element(uint8_t(codes.data[i * cols + j]), uint8_t(s), f);
+      const uint8_t s = columnwise ? scales.u8()[(i / 32) * cols + j] : scales.u8()[i * (cols / 32) + j / 32];
+      out[i * cols + j] = mx_dequantize_element(codes.u8()[i * cols + j], s, f);
     }
   return out;
 }
@@ -134,7 +134,7 @@ void check_mx_layer(const LayerRun& r, bool gpu = true) {
       EXPECT_EQ(w.shape, g.shape) << name;
       EXPECT_EQ(w.dtype, g.dtype) << name;
       int64_t bad = 0;
-      for (int64_t i = 0; i < std::min(g.size(), w.size()); ++i) bad += std::memcmp(&g.data[i], &w.data[i], 8) != 0;
+      for (int64_t i = 0; i < std::min(g.size(), w.size()); ++i) bad += g.u8()[i] != w.u8()[i];
       EXPECT_EQ(0, bad) << name << ": " << bad << " of " << w.size() << " differ from the CPU policy";
     }
 
@@ -150,20 +150,20 @@ void check_mx_layer(const LayerRun& r, bool gpu = true) {
   const auto& ex = r.flat.row_expert;
   std::string why;
   if (!r.sc.model.bias) {  // with bias separate, h holds bf16(bf16(GEMM) + b1)
-    EXPECT_EQ(0, count_bound_violations([&](int64_t i, int64_t j) { return h.data[i * F2 + j]; }, R, F2, H,
+    EXPECT_EQ(0, count_bound_violations([&](int64_t i, int64_t j) { return h.get(i * F2 + j); }, R, F2, H,
                                         [&](int64_t i, int64_t j, int64_t c) { return x_r[i * H + c] * w1_r[(ex[i] * F2 + j) * H + c]; },
                                         8, &why))
         << "fc1_fprop " << why;
   }
-  EXPECT_EQ(0, count_bound_violations([&](int64_t i, int64_t j) { return o.data[i * H + j]; }, R, H, F,
+  EXPECT_EQ(0, count_bound_violations([&](int64_t i, int64_t j) { return o.get(i * H + j); }, R, H, F,
                                       [&](int64_t i, int64_t j, int64_t c) { return a_r[i * F + c] * w2_r[(ex[i] * H + j) * F + c]; },
                                       8, &why))
       << "fc2_fprop " << why;
-  EXPECT_EQ(0, count_bound_violations([&](int64_t i, int64_t j) { return da.data[i * F + j]; }, R, F, H,
+  EXPECT_EQ(0, count_bound_violations([&](int64_t i, int64_t j) { return da.get(i * F + j); }, R, F, H,
                                       [&](int64_t i, int64_t j, int64_t c) { return dy_r[i * H + c] * w2_c[(ex[i] * H + c) * F + j]; },
                                       8, &why))
       << "fc2_dgrad " << why;
-  EXPECT_EQ(0, count_bound_violations([&](int64_t i, int64_t j) { return dxr.data[i * H + j]; }, R, H, F2,
+  EXPECT_EQ(0, count_bound_violations([&](int64_t i, int64_t j) { return dxr.get(i * H + j); }, R, H, F2,
                                       [&](int64_t i, int64_t j, int64_t c) { return dh_r[i * F2 + c] * w1_c[(ex[i] * F2 + c) * H + j]; },
                                       8, &why))
       << "fc1_dgrad " << why;
@@ -174,21 +174,21 @@ void check_mx_layer(const LayerRun& r, bool gpu = true) {
   for (int64_t e = 0; e < E; ++e) {
     const int64_t M = off[e + 1] - off[e], b = off[e];
     if (M == 0) {
-      for (int64_t i = 0; i < F2 * H; ++i) w1_bad += dw1.data[e * F2 * H + i] != 0.0;
-      for (int64_t i = 0; i < H * F; ++i) w2_bad += dw2.data[e * H * F + i] != 0.0;
+      for (int64_t i = 0; i < F2 * H; ++i) w1_bad += dw1.get(e * F2 * H + i) != 0.0;
+      for (int64_t i = 0; i < H * F; ++i) w2_bad += dw2.get(e * H * F + i) != 0.0;
       continue;
     }
-    w2_bad += count_bound_violations([&](int64_t i, int64_t j) { return dw2.data[(e * H + i) * F + j]; }, H, F, M,
+    w2_bad += count_bound_violations([&](int64_t i, int64_t j) { return dw2.get((e * H + i) * F + j); }, H, F, M,
                                      [&](int64_t i, int64_t j, int64_t m) { return dy_c[(b + m) * H + i] * a_c[(b + m) * F + j]; },
                                      24, &why);
-    w1_bad += count_bound_violations([&](int64_t i, int64_t j) { return dw1.data[(e * F2 + i) * H + j]; }, F2, H, M,
+    w1_bad += count_bound_violations([&](int64_t i, int64_t j) { return dw1.get((e * F2 + i) * H + j); }, F2, H, M,
                                      [&](int64_t i, int64_t j, int64_t m) { return dh_c[(b + m) * F2 + i] * x_c[(b + m) * H + j]; },
                                      24, &why);
   }
   EXPECT_EQ(0, w2_bad) << "fc2_wgrad " << why;
   EXPECT_EQ(0, w1_bad) << "fc1_wgrad " << why;
   for (const auto& [name, ten] : r.res.outputs)
-    for (double v : ten.data) ASSERT_FALSE(std::isnan(v)) << name << " has an unwritten (NaN) element";
+    for (const float v : ten.f32()) ASSERT_FALSE(std::isnan(v)) << name << " has an unwritten (NaN) element";
 }
 
 // The checker itself, on the CPU reference's mxfp8 run (no GPU needed): exact GEMMs, the policy's
@@ -233,8 +233,8 @@ TEST(GpuMxfp8Weights, SingleAndDiscreteAgreeBitwise) {
     LayerRun a = run_mx(backend, c);
     c.spec.weights = "discrete";
     LayerRun b = run_mx(backend, c);
-    for (const auto& [name, t] : a.res.outputs) EXPECT_EQ(t.data, b.res.outputs.at(name).data) << backend << " " << name;
-    for (const auto& [name, t] : a.res.stages) EXPECT_EQ(t.data, b.res.stages.at(name).data) << backend << " stage " << name;
+    for (const auto& [name, t] : a.res.outputs) EXPECT_TRUE(moenum::testing::same_bits(t, b.res.outputs.at(name))) << backend << " " << name;
+    for (const auto& [name, t] : a.res.stages) EXPECT_TRUE(moenum::testing::same_bits(t, b.res.stages.at(name))) << backend << " stage " << name;
   }
 }
 

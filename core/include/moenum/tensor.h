@@ -1,27 +1,106 @@
-// A dense row-major tensor. Values are stored in fp64 whatever the logical dtype: bf16, fp32 and
-// dequantized MXFP8 values are all exact in fp64, so one container serves golden and recipe runs.
+// A dense row-major tensor whose values are stored in their logical width: fp64 as double; fp32 and
+// bf16 as float (every bf16 value is a float); FP8 codes (e4m3, e5m2) and E8M0 scale codes as uint8.
+// Typed code uses the storage itself (f64(), f32(), u8(), or values<T>() in templates); generic code
+// uses get/set and read/write, which convert to and from double (exact for every value of a dtype).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <numeric>
+#include <span>
 #include <string>
+#include <type_traits>
+#include <variant>
 #include <vector>
+
+#include "moenum/error.h"
 
 namespace moenum {
 
+enum class Storage { kF32, kF64, kU8 };
+
+// InternalError for a dtype no tensor has.
+inline Storage storage_of(const std::string& dtype) {
+  if (dtype == "fp32" || dtype == "bf16") return Storage::kF32;
+  if (dtype == "fp64") return Storage::kF64;
+  if (dtype == "e4m3" || dtype == "e5m2" || dtype == "e8m0") return Storage::kU8;
+  throw InternalError("tensor: unknown dtype '" + dtype + "'");
+}
+
 struct Tensor {
   std::vector<int64_t> shape;
-  std::vector<double> data;
-  std::string dtype = "fp32";  // logical dtype: fp64 | fp32 | bf16 | e4m3 | e5m2 | e8m0 | int32 | int64
+  std::string dtype = "fp32";  // logical dtype: fp64 | fp32 | bf16 | e4m3 | e5m2 | e8m0
 
   Tensor() = default;
-  Tensor(std::vector<int64_t> s, std::string dt) : shape(std::move(s)), data(count(shape), 0.0), dtype(std::move(dt)) {}
+  Tensor(std::vector<int64_t> s, std::string dt) : shape(std::move(s)), dtype(std::move(dt)) {
+    const size_t n = size_t(count(shape));
+    switch (storage_of(dtype)) {
+      case Storage::kF32: values_ = std::vector<float>(n, 0.0f); break;
+      case Storage::kF64: values_ = std::vector<double>(n, 0.0); break;
+      case Storage::kU8: values_ = std::vector<uint8_t>(n, 0); break;
+    }
+  }
 
   static int64_t count(const std::vector<int64_t>& s) {
     return std::accumulate(s.begin(), s.end(), int64_t{1}, [](int64_t a, int64_t b) { return a * b; });
   }
-  int64_t size() const { return static_cast<int64_t>(data.size()); }
-  double* row(int64_t i) { return data.data() + i * (shape.size() > 1 ? size() / shape[0] : 1); }
-  const double* row(int64_t i) const { return data.data() + i * (shape.size() > 1 ? size() / shape[0] : 1); }
+  Storage storage() const { return Storage(values_.index()); }
+  int64_t size() const {
+    return std::visit([](const auto& v) { return int64_t(v.size()); }, values_);
+  }
+  size_t itemsize() const {
+    return std::visit([](const auto& v) { return sizeof(v[0]); }, values_);
+  }
+  void* bytes() {
+    return std::visit([](auto& v) { return static_cast<void*>(v.data()); }, values_);
+  }
+  const void* bytes() const {
+    return std::visit([](const auto& v) { return static_cast<const void*>(v.data()); }, values_);
+  }
+
+  // The storage as T (float, double, uint8_t); InternalError when it is not T.
+  template <class T>
+  std::span<T> values() {
+    return *checked<std::vector<T>>(std::get_if<std::vector<T>>(&values_));
+  }
+  template <class T>
+  std::span<const T> values() const {
+    return *checked<const std::vector<T>>(std::get_if<std::vector<T>>(&values_));
+  }
+  std::span<double> f64() { return values<double>(); }
+  std::span<const double> f64() const { return values<double>(); }
+  std::span<float> f32() { return values<float>(); }
+  std::span<const float> f32() const { return values<float>(); }
+  std::span<uint8_t> u8() { return values<uint8_t>(); }
+  std::span<const uint8_t> u8() const { return values<uint8_t>(); }
+
+  // One element as double, and back (set rounds to the storage: exact for values of the dtype).
+  double get(int64_t i) const {
+    return std::visit([i](const auto& v) { return double(v[size_t(i)]); }, values_);
+  }
+  void set(int64_t i, double x) {
+    std::visit([i, x](auto& v) { v[size_t(i)] = static_cast<std::decay_t<decltype(v[0])>>(x); }, values_);
+  }
+  // n consecutive elements from flat index `begin`, as double, and back.
+  void read(int64_t begin, int64_t n, double* out) const {
+    std::visit([&](const auto& v) { std::copy(v.begin() + begin, v.begin() + begin + n, out); }, values_);
+  }
+  void write(int64_t begin, int64_t n, const double* in) {
+    std::visit(
+        [&](auto& v) {
+          using T = std::decay_t<decltype(v[0])>;
+          for (int64_t j = 0; j < n; ++j) v[size_t(begin + j)] = static_cast<T>(in[j]);
+        },
+        values_);
+  }
+
+ private:
+  template <class V>
+  V* checked(V* v) const {
+    if (!v) throw InternalError("tensor: " + dtype + " values are not stored as the type asked for");
+    return v;
+  }
+
+  std::variant<std::vector<float>, std::vector<double>, std::vector<uint8_t>> values_;
 };
 
 }  // namespace moenum
