@@ -14,6 +14,7 @@
 #include "moenum/error.h"
 #include "moenum/problem.h"
 #include "moenum/routing.h"
+#include "bounds.h"
 #include "stage_ops.h"
 #include "test_util.h"
 
@@ -30,12 +31,6 @@ Matrix random_bf16(int64_t rows, int64_t cols, uint32_t seed, double scale = 1.0
   Matrix m(rows, cols);
   for (int64_t i = 0; i < m.size(); ++i) m.data()[i] = round_bf16(float(scale) * nd(gen));
   return m;
-}
-
-double half_ulp_f32(double c) {
-  int e = 0;
-  std::frexp(std::fabs(c), &e);
-  return std::ldexp(1.0, std::max(e - 1, -126) - 24);
 }
 
 Prepared prepare(const std::string& recipe) {
@@ -65,8 +60,9 @@ TEST(CpuEigen, GemmWithinTheBoundOfTheExactGemm) {
     const Matrix S = abs_product_nt(A, B);
     int64_t differ = 0;
     for (int64_t i = 0; i < C.size(); ++i) {
-      const double bound = gamma(K, 0x1p-24) * S.data()[i] + half_ulp_f32(R.data()[i]);
-      EXPECT_LE(std::fabs(C.data()[i] - R.data()[i]), bound) << "K=" << K << " element " << i;
+      const verify::Interval iv = verify::accumulator_interval(R.data()[i], S.data()[i], K);
+      EXPECT_GE(C.data()[i], iv.lo) << "K=" << K << " element " << i;
+      EXPECT_LE(C.data()[i], iv.hi) << "K=" << K << " element " << i;
       EXPECT_EQ(double(float(C.data()[i])), C.data()[i]) << "an fp32 value";
       differ += C.data()[i] != R.data()[i];
     }
@@ -144,8 +140,8 @@ TEST(CpuEigen, SameStagesAsTheReferenceElementwiseBitExactGemmsWithinBound) {
       const stage_ops::GemmRef g = stage_ops::exact_gemm_ref(DYt, At, nullptr);
       for (int64_t i = 0; i < Hd * F; ++i) {
         const double v = dw2.get(e * Hd * F + i), c32 = g.c32.data()[i];
-        EXPECT_LE(std::fabs(v - c32), gamma(rows, 0x1p-24) * g.absprod.data()[i] + half_ulp_f32(c32))
-            << recipe << " dw2[" << e << "][" << i << "]";
+        const verify::Interval iv = verify::accumulator_interval(c32, g.absprod.data()[i], rows);
+        EXPECT_TRUE(v >= iv.lo && v <= iv.hi) << recipe << " dw2[" << e << "][" << i << "]";
         differ += v != c32;
       }
       row0 += rows;

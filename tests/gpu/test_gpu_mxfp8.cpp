@@ -4,8 +4,8 @@
 //   - the GPU's operand codes and scales (stages <gemm>.<A|B>.{codes,scales}) are bitwise equal to
 //     the CPU policy's (reference/mxfp8_policy.h quantize_codes via add_mx_operand_stages),
 //     teacher-forced: a and dh are the GPU's own stage values;
-//   - each of the six GEMMs is within the numerics.md §7 per-element bound of the exact result on
-//     the dequantized operands (read back from the GPU's codes and scales), empty experts exact 0;
+//   - every stage passes the shared verifier (core/verify): each GEMM within the numerics.md §7
+//     bound of the exact result on the dequantized operands the GPU saved, empty experts exact 0;
 //   - single and discrete weights agree bitwise within each backend.
 #include <gtest/gtest.h>
 
@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "gpu_test_util.h"
+#include "gpu_verify.h"
 #include "grouped_mlp.h"
 #include "moenum/backend.h"
 #include "moenum/bf16.h"
@@ -98,19 +99,7 @@ std::vector<MxCase> mx_cases() {
   return v;
 }
 
-// Dequantized values of a codes/scales stage pair, natural layout flattened to [rows, cols].
-std::vector<double> dequant(const Tensor& codes, const Tensor& scales, bool columnwise) {
-  const Fp8Format f = codes.dtype == "e5m2" ? Fp8Format::E5M2 : Fp8Format::E4M3;
-  const int64_t cols = codes.shape.back(), rows = codes.size() / cols;
-  std::vector<double> out(size_t(rows * cols));
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j) {
-      const uint8_t s = columnwise ? scales.u8()[(i / 32) * cols + j] : scales.u8()[i * (cols / 32) + j / 32];
-      out[i * cols + j] = mx_dequantize_element(codes.u8()[i * cols + j], s, f);
-    }
-  return out;
-}
-
+// The MX operand stages of the six GEMMs.
 const char* kOperandStages[] = {"fc1_fprop.A", "fc1_fprop.B", "fc2_fprop.A", "fc2_fprop.B",
                                 "fc2_dgrad.A", "fc2_dgrad.B", "fc1_dgrad.A", "fc1_dgrad.B",
                                 "fc2_wgrad.A", "fc2_wgrad.B", "fc1_wgrad.A", "fc1_wgrad.B"};
@@ -138,55 +127,13 @@ void check_mx_layer(const LayerRun& r, bool gpu = true) {
       EXPECT_EQ(0, bad) << name << ": " << bad << " of " << w.size() << " differ from the CPU policy";
     }
 
-  // 2. each GEMM within the §7 bound of the exact result on the dequantized operands
-  const Problem& p = r.prob;
-  const int64_t H = p.H, F = p.F, F2 = 2 * F, R = r.flat.rows, E = p.E;
-  auto dq = [&](const char* op, bool col) { return dequant(st.at(std::string(op) + ".codes"), st.at(std::string(op) + ".scales"), col); };
-  const auto x_r = dq("fc1_fprop.A", false), w1_r = dq("fc1_fprop.B", false), a_r = dq("fc2_fprop.A", false),
-             w2_r = dq("fc2_fprop.B", false), dy_r = dq("fc2_dgrad.A", false), w2_c = dq("fc2_dgrad.B", true),
-             dh_r = dq("fc1_dgrad.A", false), w1_c = dq("fc1_dgrad.B", true), dy_c = dq("fc2_wgrad.A", true),
-             a_c = dq("fc2_wgrad.B", true), dh_c = dq("fc1_wgrad.A", true), x_c = dq("fc1_wgrad.B", true);
-  const Tensor &h = st.at("h"), &o = st.at("o"), &da = st.at("da"), &dxr = st.at("dx_row");
-  const auto& ex = r.flat.row_expert;
-  std::string why;
-  if (!r.sc.model.bias) {  // with bias separate, h holds bf16(bf16(GEMM) + b1)
-    EXPECT_EQ(0, count_bound_violations([&](int64_t i, int64_t j) { return h.get(i * F2 + j); }, R, F2, H,
-                                        [&](int64_t i, int64_t j, int64_t c) { return x_r[i * H + c] * w1_r[(ex[i] * F2 + j) * H + c]; },
-                                        8, &why))
-        << "fc1_fprop " << why;
-  }
-  EXPECT_EQ(0, count_bound_violations([&](int64_t i, int64_t j) { return o.get(i * H + j); }, R, H, F,
-                                      [&](int64_t i, int64_t j, int64_t c) { return a_r[i * F + c] * w2_r[(ex[i] * H + j) * F + c]; },
-                                      8, &why))
-      << "fc2_fprop " << why;
-  EXPECT_EQ(0, count_bound_violations([&](int64_t i, int64_t j) { return da.get(i * F + j); }, R, F, H,
-                                      [&](int64_t i, int64_t j, int64_t c) { return dy_r[i * H + c] * w2_c[(ex[i] * H + c) * F + j]; },
-                                      8, &why))
-      << "fc2_dgrad " << why;
-  EXPECT_EQ(0, count_bound_violations([&](int64_t i, int64_t j) { return dxr.get(i * H + j); }, R, H, F2,
-                                      [&](int64_t i, int64_t j, int64_t c) { return dh_r[i * F2 + c] * w1_c[(ex[i] * F2 + c) * H + j]; },
-                                      8, &why))
-      << "fc1_dgrad " << why;
-  std::vector<int64_t> off(E + 1, 0);
-  for (int64_t e = 0; e < E; ++e) off[e + 1] = off[e] + r.flat.counts[e];
-  const Tensor &dw1 = r.res.outputs.at("dw1"), &dw2 = r.res.outputs.at("dw2");
-  int64_t w2_bad = 0, w1_bad = 0;
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t M = off[e + 1] - off[e], b = off[e];
-    if (M == 0) {
-      for (int64_t i = 0; i < F2 * H; ++i) w1_bad += dw1.get(e * F2 * H + i) != 0.0;
-      for (int64_t i = 0; i < H * F; ++i) w2_bad += dw2.get(e * H * F + i) != 0.0;
-      continue;
-    }
-    w2_bad += count_bound_violations([&](int64_t i, int64_t j) { return dw2.get((e * H + i) * F + j); }, H, F, M,
-                                     [&](int64_t i, int64_t j, int64_t m) { return dy_c[(b + m) * H + i] * a_c[(b + m) * F + j]; },
-                                     24, &why);
-    w1_bad += count_bound_violations([&](int64_t i, int64_t j) { return dw1.get((e * F2 + i) * H + j); }, F2, H, M,
-                                     [&](int64_t i, int64_t j, int64_t m) { return dh_c[(b + m) * F2 + i] * x_c[(b + m) * H + j]; },
-                                     24, &why);
-  }
-  EXPECT_EQ(0, w2_bad) << "fc2_wgrad " << why;
-  EXPECT_EQ(0, w1_bad) << "fc1_wgrad " << why;
+  // 2. every stage through the shared verifier: each GEMM within the §7 bound of the exact result on
+  // the dequantized operands the backend saved, the operands' codes and scales against their bf16
+  // tensors, the elementwise stages bitwise
+  std::vector<std::string> stages{"h", "a", "o", "y", "da", "dw2", "dh", "dprobs", "dx_row", "dx", "dw1"};
+  for (const char* op : kOperandStages) stages.push_back(op);
+  if (r.sc.model.bias) stages.insert(stages.end(), {"db1", "db2"});
+  expect_stages_pass(r, stages);
   for (const auto& [name, ten] : r.res.outputs)
     for (const float v : ten.f32()) ASSERT_FALSE(std::isnan(v)) << name << " has an unwritten (NaN) element";
 }
