@@ -135,7 +135,7 @@ py::dict report_dict(const StageReport& r) {
   d["total"] = r.total;
   d["sampled"] = r.sampled;
   d["failing"] = r.failing;
-  if (r.first) d["first"] = py::make_tuple(r.first->tensor, py::tuple(py::cast(r.first->index)), r.first->expert);
+  if (r.first) d["first"] = py::make_tuple(r.first->tensor, py::tuple(py::cast(r.first->index)));
   else d["first"] = py::none();
   py::list probes;
   for (const ProbeResult& p : r.probes) {
@@ -209,14 +209,13 @@ void bind(py::module_& m) {
     py::dict out;
     out["reports"] = list;
     out["passed"] = v.passed;
-    out["checked_anything"] = v.checked_anything;
     out["detail"] = v.detail;
     return out;
   }, py::arg("backend"), py::arg("prepared"), py::arg("tensors"), py::arg("sample") = py::none(),
      py::arg("probes") = std::vector<std::pair<std::string, std::vector<int64_t>>>{},
   "Teacher-forced stage checks of one backend's tensors ({name: (array, dtype)}): {reports: one per\n"
   "applicable stage of STAGES (status, class counts, per-expert counts and ULPs, first failure,\n"
-  "probes), passed, checked_anything, detail (the verdict)}. sample: None/'all', 'auto' or elements\n"
+  "probes), passed, detail (the verdict)}. sample: None/'all', 'auto' or elements\n"
   "per (stage, expert) for the GEMM stages.");
 
   m.def("error_stats", [](const py::object& a, const std::string& dtype_a, const py::object& b,

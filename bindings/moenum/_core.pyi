@@ -260,7 +260,7 @@ def check_stages(backend: str, prepared: ..., tensors: dict, sample: typing.Any 
     """
     Teacher-forced stage checks of one backend's tensors ({name: (array, dtype)}): {reports: one per
     applicable stage of STAGES (status, class counts, per-expert counts and ULPs, first failure,
-    probes), passed, checked_anything, detail (the verdict)}. sample: None/'all', 'auto' or elements
+    probes), passed, detail (the verdict)}. sample: None/'all', 'auto' or elements
     per (stage, expert) for the GEMM stages.
     """
 def e8m0_from_amax(amax: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], fmt: str, scale_rounding: str = 'rceil') -> numpy.typing.NDArray[numpy.uint8]:

@@ -69,7 +69,7 @@ class StageResult:
     total: int = 0
     sampled: bool = False
     failing: int = 0
-    first: tuple | None = None                    # (tensor, index, expert) of the first failing element
+    first: tuple | None = None                    # (tensor, index) of the first failing element
     probes: list = field(default_factory=list)    # per probe: checked, cls, value, ref, bound
 
     @classmethod
@@ -93,7 +93,7 @@ def check_backend(name: str, prepared, result: dict, sample="auto", probes=()) -
     out = _core.check_stages(name, prepared, backend_tensors(result), sample,
                              [(t, [int(i) for i in idx]) for t, idx in probes])
     results = [StageResult.from_report(r) for r in out["reports"]]
-    return results, (bool(out["passed"]), out["detail"], bool(out["checked_anything"]))
+    return results, (bool(out["passed"]), out["detail"])
 
 
 STAGE_TABLE_COLUMNS = ["backend", "stage", "kind", "expert", "n", "total", *CLASSES, "max_ulp", "ulp_le0",

@@ -126,7 +126,7 @@ def stage_checks(cfg: dict, prepared, results: dict, backends: list[str], includ
             continue
         if not r or "outputs" not in r or not ran_ok(r["disposition"]):
             continue
-        reports[name], (passed, detail, _) = stages.check_backend(name, prepared, r, sample,
+        reports[name], (passed, detail) = stages.check_backend(name, prepared, r, sample,
                                                                  (probes or {}).get(name, ()))
         checks[f"stage.{name}"] = (passed, detail)
     return checks, reports

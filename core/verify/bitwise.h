@@ -26,6 +26,4 @@ inline bool same_bits(double a, double b, Grid g) {
   return x == y;
 }
 
-inline bool same_code(uint8_t a, uint8_t b) { return a == b; }
-
 }  // namespace moenum::verify

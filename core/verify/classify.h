@@ -66,9 +66,6 @@ struct ClassCounts {
     for (auto v : n) t += v;
     return t;
   }
-  int64_t failing(bool bit_exact) const {
-    return bit_exact ? total() - n[0] : n[static_cast<int>(Class::kBoundViolation)];
-  }
 };
 
 }  // namespace moenum::verify

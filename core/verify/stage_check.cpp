@@ -187,6 +187,7 @@ struct Tally {
   UlpBuckets ulps;
   int64_t checked = 0;
   int64_t failing = 0;
+  bool sampled = false;  // a GEMM stage recomputed only some output rows
   // first failure: lowest (tensor order, flat index)
   int first_order = INT_MAX;
   int64_t first_flat = LLONG_MAX;
@@ -201,6 +202,7 @@ struct Tally {
     ulps += o.ulps;
     checked += o.checked;
     failing += o.failing;
+    sampled |= o.sampled;
     if (std::make_pair(o.first_order, o.first_flat) < std::make_pair(first_order, first_flat)) {
       first_order = o.first_order, first_flat = o.first_flat, first_tensor = o.first_tensor;
       first_cls = o.first_cls, first_value = o.first_value, first_ref = o.first_ref, first_bound = o.first_bound;
@@ -302,7 +304,6 @@ uint64_t sample_stream(int stage, int64_t expert) {
 struct StageOut {
   Tally all;
   std::map<int64_t, Tally> per_expert;
-  bool sampled = false;
 };
 
 std::vector<int64_t> experts_with_rows(const LayerContext& c) {
@@ -349,74 +350,61 @@ void gemm_stage(const StageRun& run, int stage, const SampleSpec& sample, StageO
   std::vector<int64_t> es;
   for (int64_t e = 0; e < c.E; ++e)
     if (wgrad || c.seg_end[e] > c.seg_begin[e]) es.push_back(e);
-  std::vector<char> sampled(es.size(), 0);
-  std::vector<Tally> parts(es.size());
-  reference::FirstError guard;
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t ii = 0; ii < int64_t(es.size()); ++ii) {
-    guard.run([&] {
-      const int64_t e = es[ii], s = c.seg_begin[e], M = c.seg_end[e] - s;
-      Tally& ty = parts[ii];
-      const Part part{e, s, M};
-      const int64_t out_rows = wgrad ? value.dim(1) : M, cols = wgrad ? value.dim(2) : value.dim(1);
-      std::vector<int64_t> must = run.probe_rows(run.st.name, value.shape, wgrad, e, s, M);
-      if (!wgrad) {
-        const auto pads = pad_rows(c, s, M);
-        must.insert(must.end(), pads.begin(), pads.end());
+  for_experts(es, out, [&](int64_t e, Tally& ty) {
+    const int64_t s = c.seg_begin[e], M = c.seg_end[e] - s;
+    const Part part{e, s, M};
+    const int64_t out_rows = wgrad ? value.dim(1) : M, cols = wgrad ? value.dim(2) : value.dim(1);
+    std::vector<int64_t> must = run.probe_rows(run.st.name, value.shape, wgrad, e, s, M);
+    if (!wgrad) {
+      const auto pads = pad_rows(c, s, M);
+      must.insert(must.end(), pads.begin(), pads.end());
+    }
+    const std::vector<int64_t> rows = select_rows(out_rows, cols, count, c.seed, sample_stream(stage, e), must);
+    ty.sampled = int64_t(rows.size()) < out_rows;
+    const auto flat_of = [&](int64_t i, int64_t j) {
+      return wgrad ? (e * out_rows + i) * cols + j : (s + i) * cols + j;
+    };
+    if (M == 0) {  // an expert with no rows: its weight gradient is exactly zero
+      for (int64_t i : rows)
+        for (int64_t j = 0; j < cols; ++j)
+          run.record(ty, run.name, 0, flat_of(i, j), value.at(flat_of(i, j)), {0.0, 0.0, Interval{0.0, 0.0}},
+                     grid, true, true);
+      return;
+    }
+    const Matrix A = gemm_operand(c, run.t, run.st.gemm, Operand::kA, part);
+    const Matrix B = gemm_operand(c, run.t, run.st.gemm, Operand::kB, part);
+    Matrix Ant, Bnt;
+    if (g.kind == GemmKind::kFprop) Ant = A, Bnt = B;
+    else if (g.kind == GemmKind::kDgrad) Ant = A, Bnt = B.transpose();
+    else Ant = A.transpose(), Bnt = B.transpose();
+    Matrix Asel(int64_t(rows.size()), Ant.cols());
+    for (size_t i = 0; i < rows.size(); ++i) Asel.row(int64_t(i)) = Ant.row(rows[i]);
+    Vector b1;
+    if (fc1 && c.recipe.bias) {
+      b1.resize(2 * c.F);
+      for (int64_t j = 0; j < 2 * c.F; ++j) b1(j) = c.b1.at(e * 2 * c.F + j);
+    }
+    const so::GemmRef r = so::exact_gemm_ref(Asel, Bnt, epilogue ? &b1 : nullptr);
+    const int64_t K = layer::dim_size(g.reduction, c.H, c.F, M) + (epilogue ? 1 : 0);
+    // the stage's output rounding: value and value before its last rounding
+    const auto post = [&](double acc, int64_t j, double exact) -> std::pair<double, double> {
+      if (g.rounding == layer::OutputRounding::kAccumulator) return {acc, exact};
+      float v = float(acc);
+      if (separate_bias) v = layer::fc1_separate_bias(round_act(v, grid), float(b1(j)));
+      return {round_act(v, grid), v};
+    };
+    for (size_t ii2 = 0; ii2 < rows.size(); ++ii2) {
+      const int64_t i = rows[ii2];
+      for (int64_t j = 0; j < cols; ++j) {
+        const double c32 = r.c32(int64_t(ii2), j);
+        const Interval acc = accumulator_interval(c32, r.absprod(int64_t(ii2), j), K);
+        const auto [ref, pre] = post(c32, j, r.c64(int64_t(ii2), j));
+        const Expected x{ref, pre, Interval{post(acc.lo, j, kNaN).first, post(acc.hi, j, kNaN).first}};
+        const int64_t flat = flat_of(i, j);
+        run.record(ty, run.name, 0, flat, value.at(flat), x, grid, true, true);
       }
-      const std::vector<int64_t> rows = select_rows(out_rows, cols, count, c.seed, sample_stream(stage, e), must);
-      sampled[ii] = int64_t(rows.size()) < out_rows;
-      const auto flat_of = [&](int64_t i, int64_t j) {
-        return wgrad ? (e * out_rows + i) * cols + j : (s + i) * cols + j;
-      };
-      if (M == 0) {  // an expert with no rows: its weight gradient is exactly zero
-        for (int64_t i : rows)
-          for (int64_t j = 0; j < cols; ++j)
-            run.record(ty, run.name, 0, flat_of(i, j), value.at(flat_of(i, j)), {0.0, 0.0, Interval{0.0, 0.0}},
-                       grid, true, true);
-        return;
-      }
-      const Matrix A = gemm_operand(c, run.t, run.st.gemm, Operand::kA, part);
-      const Matrix B = gemm_operand(c, run.t, run.st.gemm, Operand::kB, part);
-      Matrix Ant, Bnt;
-      if (g.kind == GemmKind::kFprop) Ant = A, Bnt = B;
-      else if (g.kind == GemmKind::kDgrad) Ant = A, Bnt = B.transpose();
-      else Ant = A.transpose(), Bnt = B.transpose();
-      Matrix Asel(int64_t(rows.size()), Ant.cols());
-      for (size_t i = 0; i < rows.size(); ++i) Asel.row(int64_t(i)) = Ant.row(rows[i]);
-      Vector b1;
-      if (fc1 && c.recipe.bias) {
-        b1.resize(2 * c.F);
-        for (int64_t j = 0; j < 2 * c.F; ++j) b1(j) = c.b1.at(e * 2 * c.F + j);
-      }
-      const so::GemmRef r = so::exact_gemm_ref(Asel, Bnt, epilogue ? &b1 : nullptr);
-      const int64_t K = layer::dim_size(g.reduction, c.H, c.F, M) + (epilogue ? 1 : 0);
-      // the stage's output rounding: value and value before its last rounding
-      const auto post = [&](double acc, int64_t j, double exact) -> std::pair<double, double> {
-        if (g.rounding == layer::OutputRounding::kAccumulator) return {acc, exact};
-        float v = float(acc);
-        if (separate_bias) v = layer::fc1_separate_bias(round_act(v, grid), float(b1(j)));
-        return {round_act(v, grid), v};
-      };
-      for (size_t ii2 = 0; ii2 < rows.size(); ++ii2) {
-        const int64_t i = rows[ii2];
-        for (int64_t j = 0; j < cols; ++j) {
-          const double c32 = r.c32(int64_t(ii2), j);
-          const Interval acc = accumulator_interval(c32, r.absprod(int64_t(ii2), j), K);
-          const auto [ref, pre] = post(c32, j, r.c64(int64_t(ii2), j));
-          const Expected x{ref, pre, Interval{post(acc.lo, j, kNaN).first, post(acc.hi, j, kNaN).first}};
-          const int64_t flat = flat_of(i, j);
-          run.record(ty, run.name, 0, flat, value.at(flat), x, grid, true, true);
-        }
-      }
-    });
-  }
-  guard.rethrow();
-  for (size_t i = 0; i < es.size(); ++i) {
-    out.all.merge(parts[i]);
-    out.per_expert[es[i]].merge(parts[i]);
-    out.sampled |= sampled[i] != 0;
-  }
+    }
+  });
 }
 
 // An elementwise stage over the rows of every segment: act, a, out, dh.
@@ -792,7 +780,7 @@ std::vector<StageReport> check_stages(const LayerContext& c, const TensorMap& t,
     rep.classes = out.all.classes;
     rep.ulps = out.all.ulps;
     rep.checked = out.all.checked;
-    rep.sampled = out.sampled;
+    rep.sampled = out.all.sampled;
     rep.failing = out.all.failing;
     for (const auto& [e, ty] : out.per_expert) {
       rep.per_expert[e] = ty.codes;
@@ -831,7 +819,6 @@ StageVerdict summarize(const std::string& backend, const std::vector<StageReport
     else checked.push_back(&r);
     if (r.status == StageReport::Status::kFailed) failed.push_back(&r);
   }
-  v.checked_anything = !checked.empty();
   if (checked.empty()) {
     v.detail = "no stage tensors saved by " + backend + "; nothing checked";
     return v;

@@ -86,7 +86,6 @@ struct ProbeResult {
 struct FirstFailure {
   std::string tensor;
   std::vector<int64_t> index;
-  int64_t expert = -1;
   Class cls = Class::kBoundViolation;
   double value = 0, ref = 0;
   std::optional<Interval> bound;
@@ -122,8 +121,7 @@ std::vector<StageReport> check_stages(const LayerContext& ctx, const TensorMap& 
 
 // The /checks/stage.<backend> verdict: the first failing stage, expert and element, or a summary.
 struct StageVerdict {
-  bool passed = true;
-  bool checked_anything = false;
+  bool passed = true;  // also when nothing was checked: the caller sees that in the reports' statuses
   std::string detail;
 };
 StageVerdict summarize(const std::string& backend, const std::vector<StageReport>& reports);

@@ -126,7 +126,7 @@ def test_mx_scale_off_by_one_takes_its_whole_block(tmp_path):
     codes[3, 40] = (int(codes[3, 40]) ^ 1)  # one code wrong
     result["stages"]["fc1_fprop.A.codes"] = (codes, dt)
     result["stages"]["fc1_fprop.A.scales"] = (scales, sdt)
-    reports, (passed, detail, _) = stages.check_backend("cpu.eigen", prep, result, "all",
+    reports, (passed, detail) = stages.check_backend("cpu.eigen", prep, result, "all",
                                                         [("fc1_fprop.A.scales", (1, 0)), ("fc1_fprop.A.scales", (2, 1)),
                                                          ("fc1_fprop.A.codes", (1, 5)), ("fc1_fprop.A.codes", (3, 40))])
     r = next(r for r in reports if r.stage.name == "fc1_fprop.A")

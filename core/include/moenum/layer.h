@@ -92,9 +92,6 @@ MOENUM_HD bool is_gradient(Gemm g, Operand op) { return operand_desc(g, op).grad
 // Blocks along the tokens (the wgrad operands): every expert segment must be a multiple of 32 rows.
 MOENUM_HD bool blocks_along_tokens(Gemm g) { return gemm_desc(g).kind == GemmKind::kWgrad; }
 
-// MXFP8 block size along the reduction dim, and the alignment it imposes on expert segments.
-inline constexpr int64_t kMxSegmentAlign = 32;
-
 MOENUM_HD int64_t dim_size(Dim d, int64_t H, int64_t F, int64_t segment_rows) {
   switch (d) {
     case Dim::kHidden: return H;
