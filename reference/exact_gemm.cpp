@@ -37,12 +37,6 @@ void propagate(int64_t* limb, int n) {
 
 }  // namespace
 
-double gamma(int64_t n, double u) {
-  const double nu = double(n) * u;
-  MOENUM_CHECK(nu < 1.0, "gamma(n, u): n*u must be < 1");
-  return nu / (1.0 - nu);
-}
-
 // ---- ExactSum ------------------------------------------------------------------------------------
 
 void ExactSum::add(double v) {

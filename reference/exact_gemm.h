@@ -36,8 +36,6 @@ struct GemmStats {
   double exact_fraction() const { return outputs ? double(exact_path) / double(outputs) : 0.0; }
 };
 
-// gamma(n, u) = n*u / (1 - n*u), the relative error bound of an n-term floating-point dot product.
-double gamma(int64_t n, double u);
 
 // An exact sum of fp64 values: a 2176-bit two's-complement fixed-point number (bit 0 = 2^-1074) in
 // 32-bit digits kept in int64 limbs, so additions need no carry propagation until the end.
@@ -86,8 +84,7 @@ Matrix gemm_nn_rn_f32(const Matrix& A, const Matrix& B, GemmStats* stats = nullp
 Matrix gemm_tn_rn_f32(const Matrix& A, const Matrix& B, GemmStats* stats = nullptr);
 
 // S = |A| . |B|^T in fp64 (relative error <= gamma(K, 2^-53), negligible next to the fp32 bounds
-// of numerics.md §7): the per-element bound of a GPU GEMM against the reference is
-// gamma(K, 2^-24) * S_ij + half an ulp of the output type.
+// of numerics.md §7): the S of the per-element bound (core/verify/bounds.h).
 Matrix abs_product_nt(const Matrix& A, const Matrix& B);
 
 // C = A . B^T (+ bias) in plain fp64, each output summed sequentially in k order, then the bias

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <random>
 
+#include "bounds.h"
 #include "exact_gemm.h"
 #include "moenum/bf16.h"
 
@@ -272,7 +273,7 @@ TEST(ExactGemm, AbsProductAndGamma) {
   const Matrix S = abs_product_nt(A, B);
   EXPECT_EQ(S(0, 0), 6.0);
   EXPECT_EQ(S(0, 1), 12.0);
-  EXPECT_DOUBLE_EQ(gamma(10, 0x1p-24), 10 * 0x1p-24 / (1 - 10 * 0x1p-24));
+  EXPECT_DOUBLE_EQ(moenum::verify::gamma(10, 0x1p-24), 10 * 0x1p-24 / (1 - 10 * 0x1p-24));
 }
 
 TEST(ExactGemm, ExactPathFractionOnRandomBf16) {
