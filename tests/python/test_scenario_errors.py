@@ -53,6 +53,9 @@ CASES = [
     ("invalid_yaml", "tokens: 32", "tokens: [32", None, None, "invalid YAML"),
     ("section_not_mapping", "recipe: {name: bf16}", "recipe: bf16", 7, "recipe", "must be a mapping"),
     ("negative_seed", "seed: 1", "seed: -1", 2, "seed", "must be >= 0"),
+    ("bad_sample_word", "backends:", "verify: {sample: some}\nbackends:", 8, "verify.sample", "all, auto or"),
+    ("zero_sample", "backends:", "verify: {sample: 0}\nbackends:", 8, "verify.sample", "all, auto or"),
+    ("bool_sample", "backends:", "verify: {sample: true}\nbackends:", 8, "verify.sample", "got bool True"),
 ]
 
 
