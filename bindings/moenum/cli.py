@@ -1,8 +1,9 @@
-"""The `moenum` command: run, nightly, bench, report.
+"""The `moenum` command: run, nightly, bench, report, scenarios.
 
 Exit codes of run and nightly (interfaces.md): 0 a backend under test passed and nothing failed, 1
 something failed or errored, 2 bad input (one clear message, no traceback), 4 nothing was verified
-(every backend under test not_run, not_supported or not_verified). The last line says which.
+(every backend under test not_run, not_supported or not_verified); 3 the environment failed (one
+clear line). The last line says which.
 """
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from . import bundled
 from .disposition import ERROR, FAILED, NOT_VERIFIED, PASSED, Disposition
-from .errors import ScenarioError
+from .errors import EnvironmentFailure, ScenarioError
 
 EXIT_CODES = {PASSED: 0, FAILED: 1, ERROR: 1, NOT_VERIFIED: 4}
 LAST_LINE = {PASSED: "OK", FAILED: "FAILED", ERROR: "ERROR", NOT_VERIFIED: "NOT VERIFIED"}
@@ -38,9 +40,11 @@ def _backend_counts(results) -> str:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="moenum", description="Numerics harness for MoE grouped linear layers")
+    p.add_argument("--version", action=_VersionAction, help="print the version and the git commit, then exit")
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run scenario files and write one HDF5 results file per point")
-    run.add_argument("scenarios", nargs="+", help="scenario YAML files or folders")
+    run.add_argument("scenarios", nargs="+",
+                     help="scenario YAML files or folders, or bundled scenarios by name (moenum scenarios)")
     run.add_argument("-o", "--out", default="results", help="output folder (default: results)")
     run.add_argument("--backends", help="comma-separated backends, overriding the scenario's list")
     run.add_argument("-j", "--jobs", type=int, default=1, help="scenario points run in parallel")
@@ -51,7 +55,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="fault injection (harness self-test), repeatable: BACKEND:TENSOR[i,j,...]+=Nulp or "
                           "+=<number>, e.g. 'cpu.eigen:dw1[3,5,7]+=1ulp'; points then run one by one")
     nig = sub.add_parser("nightly", help="the CI gate: run a suite, JUnit XML, regressions against a baseline")
-    nig.add_argument("--suite", default="scenarios/nightly", help="scenario folder or file (default: scenarios/nightly)")
+    nig.add_argument("--suite", default="nightly",
+                     help="scenario folder or file, or a bundled suite by name (default: nightly, scenarios/nightly)")
     nig.add_argument("-o", "--out", default="results/nightly", help="output folder; nightly.json summary goes there")
     nig.add_argument("--junit", help="write a JUnit XML report here")
     nig.add_argument("--baseline", help="an earlier nightly.json (or its folder) to compare errors against")
@@ -69,7 +74,20 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--limit", type=int, help="show only the worst N rows")
     rep.add_argument("--stages", action="store_true",
                      help="also the teacher-forced stage checks (per expert with --by ...expert)")
+    sub.add_parser("scenarios", help="list the bundled scenarios (run one by name: moenum run smoke)")
     return p
+
+
+class _VersionAction(argparse.Action):
+    """--version, computed only when asked (it asks git)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from .provenance import version_line
+        print(version_line())
+        parser.exit()
 
 
 def _cmd_run(args) -> int:
@@ -78,6 +96,7 @@ def _cmd_run(args) -> int:
     if args.jobs < 1:
         raise ScenarioError(f"-j must be >= 1, got {args.jobs}", key="-j")
     backends = [b.strip() for b in args.backends.split(",") if b.strip()] if args.backends else None
+    args.scenarios = [bundled.resolve(s) for s in args.scenarios]
     if args.inject:
         camp = _run_injected(args, backends)
     else:
@@ -130,7 +149,7 @@ def _run_injected(args, backends):
 def _cmd_nightly(args) -> int:
     from .nightly import run_nightly
     from .disposition import combine
-    camp, found = run_nightly(args.suite, out=args.out, junit=args.junit, baseline=args.baseline,
+    camp, found = run_nightly(bundled.resolve(args.suite), out=args.out, junit=args.junit, baseline=args.baseline,
                               factor=args.regression_factor, jobs=args.jobs, quiet=args.quiet)
     if not args.quiet:
         for r in camp.results:
@@ -171,6 +190,13 @@ def _cmd_report(args) -> int:
     return 0
 
 
+def _cmd_scenarios(args) -> int:
+    for name in bundled.names():
+        print(f"{name:<16} {bundled.describe(name)}")
+    print(f"# {len(bundled.names())} bundled scenarios in {bundled.scenarios_dir()} (moenum run NAME)")
+    return 0
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -181,10 +207,15 @@ def main(argv=None) -> int:
         if args.command == "bench":
             from .bench import run_bench
             return run_bench(args.cpu, args.gpu, args.peer)
+        if args.command == "scenarios":
+            return _cmd_scenarios(args)
         return _cmd_report(args)
     except ScenarioError as e:
         print(f"moenum: error: {e}", file=sys.stderr)
         return 2
+    except EnvironmentFailure as e:
+        print(f"moenum: error: {e}", file=sys.stderr)
+        return 3
     except KeyboardInterrupt:
         print("moenum: interrupted", file=sys.stderr)
         return 130
