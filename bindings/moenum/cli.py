@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from . import bundled
 from .disposition import ERROR, FAILED, NOT_VERIFIED, PASSED, Disposition
@@ -71,9 +70,14 @@ def _parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="print the error table of a results file or folder")
     rep.add_argument("path", help="a results .h5 file or a folder of them")
     rep.add_argument("--by", help="group by these columns, e.g. tensor,expert")
-    rep.add_argument("--limit", type=int, help="show only the worst N rows")
+    rep.add_argument("--limit", type=int, help="show only the worst N rows (N >= 1; in a summary, the worst N points)")
     rep.add_argument("--stages", action="store_true",
                      help="also the teacher-forced stage checks (per expert with --by ...expert)")
+    shape = rep.add_mutually_exclusive_group()
+    shape.add_argument("--summary", action="store_true", default=None,
+                       help="one line per point: verdict, worst tensor vs golden, bound violations, failed "
+                            "checks (the default for a folder)")
+    shape.add_argument("--full", dest="summary", action="store_false", default=None, help="every point's error table")
     sub.add_parser("scenarios", help="list the bundled scenarios (run one by name: moenum run smoke)")
     return p
 
@@ -169,25 +173,9 @@ def _cmd_nightly(args) -> int:
 
 
 def _cmd_report(args) -> int:
-    from .report import format_table
-    from .result import open_results
-    path = Path(args.path)
-    files = sorted(path.glob("*.h5")) if path.is_dir() else [path]
-    if not files:
-        raise ScenarioError("no results files (*.h5) in this folder", str(path))
+    from .report import report
     by = [c.strip() for c in args.by.split(",")] if args.by else None
-    for f in files:
-        r = open_results(f)
-        print(f"== {r.name}  ({f})")
-        try:
-            print(format_table(r.errors, by=by, limit=args.limit))
-        except KeyError as e:
-            raise ScenarioError(str(e.args[0]), key="--by") from None
-        if args.stages:
-            from .report import format_stage_table
-            print(f"-- stage checks (teacher-forced) of {r.name}")
-            print(format_stage_table(r.stage_table, per_expert=bool(by and "expert" in by), limit=args.limit))
-    return 0
+    return report(args.path, by=by, limit=args.limit, stages=args.stages, summary=args.summary)
 
 
 def _cmd_scenarios(args) -> int:
