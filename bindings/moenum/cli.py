@@ -58,7 +58,12 @@ def _parser() -> argparse.ArgumentParser:
                      help="scenario folder or file, or a bundled suite by name (default: nightly, scenarios/nightly)")
     nig.add_argument("-o", "--out", default="results/nightly", help="output folder; nightly.json summary goes there")
     nig.add_argument("--junit", help="write a JUnit XML report here")
-    nig.add_argument("--baseline", help="an earlier nightly.json (or its folder) to compare errors against")
+    nig.add_argument("--baseline", help="an earlier nightly.json, or a folder holding one or per-architecture "
+                                        "baselines <arch>.json (e.g. baselines/), to compare errors against")
+    nig.add_argument("--update-baseline", action="store_true",
+                     help="write this run's summary as the baseline (with --baseline) and print what changed")
+    nig.add_argument("--require", action="append", choices=["gpu"], default=[],
+                     help="gpu: exit 3 up front when no CUDA GPU is usable (GPU runners)")
     nig.add_argument("--regression-factor", type=float, default=2.0,
                      help="an error more than this many times its baseline is a regression (default 2)")
     nig.add_argument("-j", "--jobs", type=int, default=1, help="scenario points run in parallel")
@@ -153,8 +158,10 @@ def _run_injected(args, backends):
 def _cmd_nightly(args) -> int:
     from .nightly import run_nightly
     from .disposition import combine
-    camp, found = run_nightly(bundled.resolve(args.suite), out=args.out, junit=args.junit, baseline=args.baseline,
-                              factor=args.regression_factor, jobs=args.jobs, quiet=args.quiet)
+    camp, found, changes = run_nightly(bundled.resolve(args.suite), out=args.out, junit=args.junit,
+                                       baseline=args.baseline, factor=args.regression_factor, jobs=args.jobs,
+                                       quiet=args.quiet, update_baseline=args.update_baseline,
+                                       require=args.require)
     if not args.quiet:
         for r in camp.results:
             for b, d in r.disposition.items():
@@ -162,6 +169,8 @@ def _cmd_nightly(args) -> int:
                     print(f"{r.name} {b}: {d} {r.reasons.get(b, '')}")
     for f in found:
         print(f"regression: {f}")
+    for c in changes:
+        print(f"baseline: {c}")
     bad_checks = [n for n, (ok, _) in camp.checks.items() if not ok]
     for n in bad_checks:
         print(f"check FAILED {n}: {camp.checks[n][1]}")
