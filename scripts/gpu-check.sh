@@ -5,6 +5,8 @@
 #
 #   scripts/gpu-check.sh [STAGE...]     stages: build tests sanitize scenarios verify nightly scale bench
 #                                       (default: all; verify, nightly and scale need the scenarios stage's package)
+#                                       and, on request only, baseline: writes $OUT/baselines/<arch>.json
+#                                       (the nightly suite on this GPU) to copy into baselines/ and commit
 #
 # Offline machines: packages the machine lacks can sit in .gpudeps/ (ignored by git):
 #   nvidia_cutlass-*.whl   CUTLASS C++ headers (unpacked with pip --target, found via CUTLASS_INCLUDE_DIR)
@@ -88,6 +90,7 @@ if want scenarios; then
       && cmake --build $BUILD -j "$JOBS" --target _core \
       && rm -rf /tmp/moenum-py && mkdir -p /tmp/moenum-py && cp -r bindings/moenum /tmp/moenum-py/ \
       && cp $BUILD/_core*.so /tmp/moenum-py/moenum/ \
+      && cp -r scenarios /tmp/moenum-py/moenum/scenarios \
       && OMP_NUM_THREADS=2 PYTHONPATH=/tmp/moenum-py timeout 400 python3 -m moenum run -j 8 scenarios/smoke.yaml scenarios/padding.yaml \
            scenarios/ep.yaml scenarios/mxfp8.yaml -o /tmp/moenum-results \
            --backends golden,reference,cpu.eigen,gpu.grouped,gpu.multistream
@@ -109,13 +112,26 @@ if want verify && [ -d /tmp/moenum-py/moenum ]; then
 fi
 
 # ---- the nightly gate with the GPU backends -------------------------------------------------------
+# (the GPU required; against baselines/<arch>.json once a GPU baseline is committed there)
 if want nightly && [ -d /tmp/moenum-py/moenum ]; then
   t0=$SECONDS
+  BASELINE=()
+  compgen -G "baselines/sm_*.json" >/dev/null && BASELINE=(--baseline baselines)
   OMP_NUM_THREADS=2 PYTHONPATH=/tmp/moenum-py timeout 300 python3 -m moenum nightly -j 8 -o /tmp/moenum-nightly \
-    --junit "$OUT/nightly-junit.xml" >"$OUT/nightly.log" 2>&1
+    --require gpu "${BASELINE[@]}" --junit "$OUT/nightly-junit.xml" >"$OUT/nightly.log" 2>&1
   rc=$?
   [ $rc -eq 0 ] && note nightly ok "$((SECONDS - t0)) s; $(tail -1 "$OUT/nightly.log")" \
                 || note nightly FAILED "rc $rc; $(tail -1 "$OUT/nightly.log")"
+fi
+
+# ---- a GPU baseline for the nightly gate (on request): $OUT/baselines/<arch>.json ------------------
+if want baseline && [ -d /tmp/moenum-py/moenum ]; then
+  t0=$SECONDS
+  OMP_NUM_THREADS=2 PYTHONPATH=/tmp/moenum-py timeout 300 python3 -m moenum nightly -j 8 -o /tmp/moenum-baseline \
+    --require gpu --baseline "$OUT/baselines" --update-baseline >"$OUT/baseline.log" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] && note baseline ok "$((SECONDS - t0)) s; wrote $(ls "$OUT"/baselines/*.json | tr '\n' ' ')(copy into baselines/)" \
+                || note baseline FAILED "rc $rc; $(tail -1 "$OUT/baseline.log")"
 fi
 
 # ---- verification at production scale: a Qwen3-30B-A3B layer end to end (bench/verify_scale.py) -------
