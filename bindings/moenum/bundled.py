@@ -15,12 +15,20 @@ from .errors import EnvironmentFailure
 SUFFIX = ".yaml"
 
 
-def scenarios_dir() -> Path:
+def _find_dir() -> Path | None:
     package = Path(__file__).resolve().parent
     for candidate in (package / "scenarios", package.parents[1] / "scenarios"):
         if candidate.is_dir():
             return candidate
-    raise EnvironmentFailure(f"no bundled scenarios next to {package} (a broken install: reinstall moenum)")
+    return None
+
+
+def scenarios_dir() -> Path:
+    found = _find_dir()
+    if found is None:
+        raise EnvironmentFailure(f"no bundled scenarios next to {Path(__file__).resolve().parent} "
+                                 "(a broken install: reinstall moenum)")
+    return found
 
 
 def names() -> list[str]:
@@ -32,8 +40,10 @@ def names() -> list[str]:
 
 
 def path_of(name: str) -> Path | None:
-    """The bundled file or folder called `name`, or None."""
-    root = scenarios_dir()
+    """The bundled file or folder called `name`, or None (also when there are none)."""
+    root = _find_dir()
+    if root is None:
+        return None
     for candidate in (root / f"{name}{SUFFIX}", root / name):
         if candidate.exists() and candidate.resolve().is_relative_to(root.resolve()):
             return candidate

@@ -196,7 +196,9 @@ def run_nightly(suite="scenarios/nightly", out="results/nightly", junit=None, ba
         require_gpu()
     base_file = baseline_path(baseline, architecture()) if baseline else None
     # a bad baseline fails before anything runs; a missing one is fine when it is about to be written
-    base = {} if update_baseline and not base_file.exists() else load_baseline(base_file) if base_file else None
+    base = None
+    if base_file:
+        base = {} if update_baseline and not base_file.exists() else load_baseline(base_file)
     camp = run_campaign(suite, out=out, jobs=jobs, quiet=quiet)
     summary = summarize(camp)
     found = regressions(summary, base, factor) if base and not update_baseline else []
@@ -208,9 +210,9 @@ def run_nightly(suite="scenarios/nightly", out="results/nightly", junit=None, ba
     changes = []
     if update_baseline:
         if combine([camp.verdict] + ([FAILED] if found else [])) in (FAILED, ERROR):
-            changes = [f"baseline {base_file} not updated: tonight's run failed"]
+            changes = [f"{base_file} not updated: tonight's run failed"]
         else:
-            changes = baseline_changes(base, summary) or [f"baseline {base_file} unchanged"]
+            changes = baseline_changes(base, summary) or [f"{base_file} unchanged"]
             base_file.parent.mkdir(parents=True, exist_ok=True)
             base_file.write_text(json.dumps(document, indent=1) + "\n")
     if junit:

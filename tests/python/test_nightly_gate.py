@@ -128,3 +128,18 @@ def test_cpu_baseline_covers_the_bundled_nightly_suite():
     for sc in points:
         assert set(doc["scenarios"][sc.name]) == set(sc["backends"])
         assert doc["scenarios"][sc.name]["reference"]["disposition"] == "passed"
+
+
+def test_update_baseline_refuses_a_failed_night(tmp_path, monkeypatch, capsys):
+    from moenum import verify
+    from moenum.cli import main
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "gate.yaml").write_text(SUITE.replace("backends:", "recipe: {name: bf16}\nbackends:"))
+    baselines = tmp_path / "baselines"
+    monkeypatch.setitem(verify.RECIPE_TOLERANCE, "bf16", 1e-12)  # bf16 cannot meet an fp64 tolerance
+    rc = main(["nightly", "--suite", str(suite), "-o", str(tmp_path / "n"), "--baseline", str(baselines),
+               "--update-baseline", "-q"])
+    assert rc == 1 and not baselines.exists()
+    assert f"baseline: {baselines / (architecture() + '.json')} not updated: tonight's run failed" \
+        in capsys.readouterr().out

@@ -94,7 +94,9 @@ def test_bundled_scenarios_by_name_from_another_folder(tmp_path):
 def test_pip_install_into_a_fresh_venv_then_smoke_by_name(tmp_path):
     """Acceptance 4 of issue 10, on this machine: a fresh venv, the wheel built by pip in isolation
     (CUDA off for speed; PATH without the developer's .venv, so the system CMake is the one found),
-    installed, and `moenum run smoke -o out` from another folder. About 3-4 minutes on 2 cores."""
+    installed, and `moenum run smoke -o out` from another folder. Measured: 482 s on 2 cores shared
+    with four other builds (3.6 min of CPU); PyPI must be reachable (cmake, scikit-build-core,
+    pybind11, numpy, h5py, pandas...)."""
     if not package_index_reachable():
         pytest.skip("no package index reachable (pip needs PyPI for the build requirements)")
     developer_tree = ROOT / "build" / "py" / "build.ninja"
@@ -105,11 +107,13 @@ def test_pip_install_into_a_fresh_venv_then_smoke_by_name(tmp_path):
     env["CMAKE_BUILD_PARALLEL_LEVEL"] = str(min(os.cpu_count() or 2, 4))
     venv = tmp_path / "v"
     start = time.monotonic()
-    subprocess.run([sys._base_executable, "-m", "venv", str(venv)], check=True, env=env)
+    base_python = Path(sys.base_prefix) / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}"
+    subprocess.run([str(base_python), "-m", "venv", str(venv)], check=True, env=env)
     pip = [str(venv / "bin" / "python"), "-m", "pip"]
     wheels = tmp_path / "wheels"
     build = subprocess.run([*pip, "wheel", "-q", "--no-deps", "-w", str(wheels), str(ROOT),
-                            "-Ccmake.define.MOENUM_CUDA=OFF"], capture_output=True, text=True, env=env)
+                            "-Ccmake.define.MOENUM_CUDA=OFF"], capture_output=True, text=True, env=env,
+                           timeout=1800)
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     (wheel,) = wheels.glob("moenum-*.whl")
     members = zipfile.ZipFile(wheel).namelist()
