@@ -1,6 +1,6 @@
 """What moenum knows about each backend without running it: the traits of the C++ registry
-(core/include/moenum/backend_traits.h). External backends (`torch:...`) are not in the registry; they
-are backends under test whose traits are unknown."""
+(core/include/moenum/backend_traits.h). External backends (the bundled PyTorch/Megatron adapters and
+`torch:PKG.MODULE:FACTORY`) are not in the registry; they are backends under test (moenum.external)."""
 from __future__ import annotations
 
 import functools
@@ -8,10 +8,26 @@ import functools
 from . import _core
 
 EXTERNAL_PREFIX = "torch:"
+# The bundled external adapters (moenum/external/adapters.py) by name.
+BUNDLED_EXTERNAL = ("torch.loop", "torch.grouped_mm", "megatron.sequential", "megatron.te_grouped")
 
 
 def is_external(name: str) -> bool:
-    return name.startswith(EXTERNAL_PREFIX)
+    """A backend that moenum runs through PyTorch: bundled, a user's `torch:PKG.MODULE:FACTORY`, or
+    one a package registers in the `moenum.backends` entry-point group."""
+    from .external.device import split_device
+    from .external.plugins import entry_point_names
+    base = split_device(name)[0]
+    if base.startswith(EXTERNAL_PREFIX) or base in BUNDLED_EXTERNAL:
+        return True
+    return base not in _registered() and base in entry_point_names()
+
+
+def elementwise_rule(name: str) -> str:
+    """How a backend's elementwise stages (act, a, out, dh) are checked: "bitwise" for moenum's own
+    backends (they share its functions), "interval" for code that does not
+    (core/verify/elementwise_interval.h)."""
+    return "interval" if is_external(name) else "bitwise"
 
 
 @functools.lru_cache(maxsize=None)
