@@ -232,3 +232,14 @@ def test_cuda_backends_pass_the_bundled_scenarios_in_bf16(tmp_path, backend):
     for sc in points(BUNDLED, **{"recipe.name": "bf16", "model.bias": bias}):
         res = run_checked(sc, tmp_path, backend, oracles=())
         assert_passed_every_stage(res, backend, exposed, bias)
+
+
+def test_the_readmes_module_passes(tmp_path, monkeypatch):
+    """The module of the README's "Verify your own kernel", as printed there."""
+    readme = (ROOT / "README.md").read_text()
+    code = readme[readme.index("## Verify your own kernel"):].split("```python\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "readme_experts.py").write_text(code)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sc = points(["smoke.yaml"], **{"recipe.name": "bf16"})[0]
+    res = moenum.run(sc, out=tmp_path, backends=["torch:readme_experts:make"])
+    assert res.disposition["torch:readme_experts:make"] == PASSED, res.reasons
