@@ -173,11 +173,14 @@ void bind(py::module_& m) {
     return py::make_tuple(a.ok, a.ok ? "" : std::string(to_string(a.disposition)), a.reason);
   }, py::arg("name"), py::arg("scenario"),
   "(ok, disposition, reason): whether the backend can run the scenario here; not_run when it is not built in");
-  m.def("run_backend", [](const std::string& name, const Prepared& p, std::optional<bool> keep_stages) {
+  m.def("run_backend", [](const std::string& name, const Prepared& p, std::optional<bool> keep_stages,
+                          std::optional<std::string> weights) {
     auto backend = make_backend(name);
     // Stage tensors cost memory and time: only the backends whose stages are checked or written keep them.
     Scenario sc = p.scenario;
     if (keep_stages) sc.output.intermediates = *keep_stages;
+    // The inputs do not depend on the weights layout, so the invariance rerun shares them.
+    if (weights) sc.weights = *weights;
     BackendResult r;
     {
       py::gil_scoped_release release;
@@ -193,8 +196,9 @@ void bind(py::module_& m) {
     d["attrs"] = res.attrs;
     d["seconds"] = res.seconds;
     return d;
-  }, py::arg("name"), py::arg("prepared"), py::arg("keep_stages") = py::none(),
-     "Run one backend; returns outputs, stages, attrs, seconds. keep_stages overrides output.intermediates");
+  }, py::arg("name"), py::arg("prepared"), py::arg("keep_stages") = py::none(), py::arg("weights") = py::none(),
+     "Run one backend; returns outputs, stages, attrs, seconds. keep_stages overrides output.intermediates, "
+     "weights the weights layout (single | discrete)");
 }
 
 BindRegistrar registrar(bind);
