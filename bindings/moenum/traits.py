@@ -6,17 +6,15 @@ from __future__ import annotations
 import functools
 
 from . import _core
+from .external.device import split_device
+from .external.plugins import BUNDLED, TORCH_PREFIX as EXTERNAL_PREFIX, entry_point_names
 
-EXTERNAL_PREFIX = "torch:"
-# The bundled external adapters (moenum/external/adapters.py) by name.
-BUNDLED_EXTERNAL = ("torch.loop", "torch.grouped_mm", "megatron.sequential", "megatron.te_grouped")
+BUNDLED_EXTERNAL = tuple(BUNDLED)  # the bundled external adapters (moenum/external/adapters/)
 
 
 def is_external(name: str) -> bool:
     """A backend that moenum runs through PyTorch: bundled, a user's `torch:PKG.MODULE:FACTORY`, or
     one a package registers in the `moenum.backends` entry-point group."""
-    from .external.device import split_device
-    from .external.plugins import entry_point_names
     base = split_device(name)[0]
     if base.startswith(EXTERNAL_PREFIX) or base in BUNDLED_EXTERNAL:
         return True

@@ -72,6 +72,12 @@ def test_torch_loop_passes_the_bundled_scenarios(tmp_path, recipe):
         assert_passed_every_stage(res, "torch.loop", EXPOSED, sc.config["model"]["bias"])
 
 
+def test_torch_grouped_mm_passes_the_bundled_scenarios_on_torchs_cpu_fallback(tmp_path):
+    for sc in points(BUNDLED, **{"recipe.name": "bf16"}):
+        res = run_checked(sc, tmp_path, "torch.grouped_mm@cpu", oracles=())
+        assert_passed_every_stage(res, "torch.grouped_mm@cpu", EXPOSED, sc.config["model"]["bias"])
+
+
 @needs_megatron
 @pytest.mark.parametrize("recipe,bias", [("fp32", True), ("bf16", False)])
 def test_megatron_sequential_passes_the_bundled_scenarios(tmp_path, recipe, bias):

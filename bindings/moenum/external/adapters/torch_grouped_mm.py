@@ -1,6 +1,7 @@
 """`torch.grouped_mm`: the layer on `torch._grouped_mm` with device-side offsets (the token counts
 never leave the GPU), bf16, CUDA only. Forward and dgrad GEMMs in bf16; the weight gradients as an
-fp32-output grouped GEMM (main_grad semantics, as linear.py). Elementwise steps as torch.loop."""
+grouped GEMM of the fp32 values (main_grad semantics, as linear.py). Elementwise steps as torch.loop.
+`torch.grouped_mm@cpu` runs torch's CPU fallback of the same operator."""
 from __future__ import annotations
 
 import torch
@@ -28,7 +29,8 @@ class GroupedLinearFp32Wgrad(torch.autograd.Function):
         x, w, offs = ctx.saved_tensors
         dy = dy.contiguous()
         dx = torch._grouped_mm(dy, _col_major(w), offs=offs)
-        dw = torch._grouped_mm(dy.t().contiguous(), x.t().contiguous().t(), offs=offs, out_dtype=torch.float32)
+        # bf16 grouped GEMMs write bf16 only: the wgrad runs on the fp32 values (exact) instead
+        dw = torch._grouped_mm(dy.t().float(), x.float(), offs=offs)
         return dx, dw, None
 
 
