@@ -191,7 +191,11 @@ void bind(py::module_& m) {
   m.attr("CLASSES") = py::make_tuple(kClassNames[0], kClassNames[1], kClassNames[2], kClassNames[3], kClassNames[4]);
 
   m.def("check_stages", [](const std::string& backend, const Prepared& p, const py::dict& tensors, const py::object& sample,
-                           const std::vector<std::pair<std::string, std::vector<int64_t>>>& probes) {
+                           const std::vector<std::pair<std::string, std::vector<int64_t>>>& probes,
+                           const std::string& elementwise) {
+    if (elementwise != "bitwise" && elementwise != "interval")
+      throw ConfigError("elementwise", "must be bitwise or interval, got '" + elementwise + "'");
+    const ElementwiseRule rule = elementwise == "interval" ? ElementwiseRule::kInterval : ElementwiseRule::kBitwise;
     ViewArena arena;
     const TensorMap t = tensor_views(arena, tensors);
     const SampleSpec spec = parse_sample(sample);
@@ -201,7 +205,7 @@ void bind(py::module_& m) {
     {
       py::gil_scoped_release release;
       const LayerContext ctx = make_layer_context(p.scenario, p.routing, p.plan, input_views(p.problem));
-      reports = check_stages(ctx, t, spec, pr);
+      reports = check_stages(ctx, t, spec, pr, rule);
     }
     py::list list;
     for (const auto& r : reports) list.append(report_dict(r));
@@ -213,10 +217,12 @@ void bind(py::module_& m) {
     return out;
   }, py::arg("backend"), py::arg("prepared"), py::arg("tensors"), py::arg("sample") = py::none(),
      py::arg("probes") = std::vector<std::pair<std::string, std::vector<int64_t>>>{},
+     py::arg("elementwise") = "bitwise",
   "Teacher-forced stage checks of one backend's tensors ({name: (array, dtype)}): {reports: one per\n"
   "applicable stage of STAGES (status, class counts, per-expert counts and ULPs, first failure,\n"
   "probes), passed, detail (the verdict)}. sample: None/'all', 'auto' or elements\n"
-  "per (stage, expert) for the GEMM stages.");
+  "per (stage, expert) for the GEMM stages. elementwise: 'bitwise' (moenum's own functions) or 'interval'\n"
+  "(act, a, out, dh of code that does not share them: core/verify/elementwise_interval.h).");
 
   m.def("error_stats", [](const py::object& a, const std::string& dtype_a, const py::object& b,
                           const std::string& dtype_b, const std::optional<std::vector<int64_t>>& labels,

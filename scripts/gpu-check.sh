@@ -3,8 +3,9 @@
 # memcheck on a subset), the GPU scenarios through `moenum run`, and the GEMM bench with its
 # torch._grouped_mm peer; logs go to $OUT (default build/gpu-check), a summary table is printed last.
 #
-#   scripts/gpu-check.sh [STAGE...]     stages: build tests sanitize scenarios verify nightly scale bench
-#                                       (default: all; the Python package is built for scenarios, verify, nightly and scale)
+#   scripts/gpu-check.sh [STAGE...]     stages: build tests sanitize scenarios verify external nightly scale bench
+#                                       (default: all; the Python package is built for scenarios, verify,
+#                                       external, nightly and scale)
 #                                       and, on request only, baseline: writes $OUT/baselines/<arch>.json
 #                                       (the nightly suite on this GPU) to copy into baselines/ and commit
 #
@@ -12,6 +13,9 @@
 #   nvidia_cutlass-*.whl   CUTLASS C++ headers (unpacked with pip --target, found via CUTLASS_INCLUDE_DIR)
 #   libgtest-dev_*.deb     GoogleTest, when the system has none (unpacked under /tmp, never into /)
 #   libeigen3-dev_*.deb    Eigen, likewise
+#   megatron_core-*.whl    Megatron-core for the external stage, fetched on a machine with PyPI:
+#                            python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#                              --implementation cp --platform manylinux_2_28_x86_64 -d .gpudeps megatron-core==0.19.2
 # Exit code: 0 when every stage that ran passed, 1 otherwise.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +23,7 @@ ROOT=$PWD
 OUT=${OUT:-$ROOT/build/gpu-check}
 mkdir -p "$OUT"
 STAGES=("$@")
-[ ${#STAGES[@]} -eq 0 ] && STAGES=(build tests sanitize scenarios verify nightly scale bench)
+[ ${#STAGES[@]} -eq 0 ] && STAGES=(build tests sanitize scenarios verify external nightly scale bench)
 want() { local s; for s in "${STAGES[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 export PATH="/usr/local/cuda/bin:$PATH"
 JOBS=$(nproc)
@@ -80,8 +84,8 @@ if want sanitize && [ -x $BUILD/moenum_gpu_tests ] && command -v compute-sanitiz
                 || note memcheck FAILED "rc $rc; $(grep -m1 'ERROR SUMMARY' "$OUT/sanitizer.log")"
 fi
 
-# ---- the Python package: needed by the scenarios, verify, nightly and scale stages ----------------
-if want scenarios || want verify || want nightly || want scale || want baseline; then
+# ---- the Python package: needed by the scenarios, verify, external, nightly and scale stages -------
+if want scenarios || want verify || want external || want nightly || want scale || want baseline; then
   # The Python module built by CMake into the same tree (incremental: only the bindings compile),
   # then the package run from a temporary copy of bindings/moenum: no pip install needed offline.
   {
@@ -113,6 +117,22 @@ if want verify && [ -d /tmp/moenum-py/moenum ]; then
   rc=$?
   [ $rc -eq 0 ] && note verify ok "$((SECONDS - t0)) s; $(tail -1 "$OUT/verify.log")" \
                 || note verify FAILED "rc $rc; $(tail -1 "$OUT/verify.log")"
+fi
+
+# ---- external backends on CUDA: torch.loop, torch.grouped_mm, megatron.sequential (bf16, pytest) -----
+# megatron-core is pure Python on top of torch; carry its wheel in .gpudeps where the machine lacks it.
+if want external && [ -d /tmp/moenum-py/moenum ]; then
+  t0=$SECONDS
+  EXT_PATH=/tmp/moenum-py
+  if ! python3 -c 'import megatron.core' 2>/dev/null && compgen -G ".gpudeps/megatron_core-*.whl" >/dev/null; then
+    python3 -m pip install -q --upgrade --no-index --no-deps --no-compile --target "$DEPS/megatron" .gpudeps/megatron_core-*.whl \
+      && EXT_PATH="$EXT_PATH:$DEPS/megatron"
+  fi
+  PYTHONPATH=$EXT_PATH timeout 500 python3 -m pytest -q -p no:cacheprovider -o addopts="" -rs \
+    tests/python/test_external_backends.py -k "cuda or unfused or interval" >"$OUT/external.log" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] && note external ok "$((SECONDS - t0)) s; $(tail -1 "$OUT/external.log")" \
+                || note external FAILED "rc $rc; $(tail -1 "$OUT/external.log")"
 fi
 
 # ---- the nightly gate with the GPU backends -------------------------------------------------------

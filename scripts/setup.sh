@@ -18,9 +18,31 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-PY=${PYTHON:-python3}
+# megatron-core needs Python >= 3.12: the venv uses $PYTHON, else python3.12 (pyenv's 3.12 where its
+# shim has none selected), else python3 when that is new enough.
+py_ok() { "$@" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; }
+find_python() {
+  if [ -n "${PYTHON:-}" ]; then py_ok "$PYTHON" && echo "$PYTHON"; return; fi
+  if py_ok python3.12; then command -v python3.12; return; fi
+  if command -v pyenv >/dev/null; then
+    local v; v=$(pyenv versions --bare 2>/dev/null | grep -E '^3\.12(\.[0-9]+)?$' | sort -V | tail -1)
+    if [ -n "$v" ] && py_ok "$(pyenv root)/versions/$v/bin/python3"; then
+      echo "$(pyenv root)/versions/$v/bin/python3"; return
+    fi
+  fi
+  if py_ok python3; then command -v python3; fi
+}
+if [ -x .venv/bin/python ] && ! py_ok .venv/bin/python; then
+  echo "setup: .venv is older than Python 3.12, recreating it"
+  rm -rf .venv build/py
+fi
 if [ ! -x .venv/bin/python ]; then
-  echo "setup: creating .venv"
+  PY=$(find_python)
+  if [ -z "$PY" ]; then
+    echo "setup: moenum needs Python >= 3.12 (set PYTHON=, install python3.12 or pyenv 3.12)" >&2
+    exit 3
+  fi
+  echo "setup: creating .venv with $PY ($("$PY" --version 2>&1))"
   "$PY" -m venv .venv
 fi
 stamp=.venv/.requirements.sha

@@ -9,11 +9,12 @@ from . import _core, mx
 from .campaign import Campaign, run_campaign
 from .disposition import Disposition
 from .errors import MoenumError, ScenarioError
+from .external import ExpertsSpec
 from .result import RunResult, open_results
 from .runner import run
 from .scenario import Scenario, from_dict, load_scenarios
 
 __version__ = _core.__version__
 
-__all__ = ["Campaign", "Disposition", "MoenumError", "RunResult", "Scenario", "ScenarioError", "from_dict",
+__all__ = ["Campaign", "Disposition", "ExpertsSpec", "MoenumError", "RunResult", "Scenario", "ScenarioError", "from_dict",
            "load_scenarios", "mx", "open_results", "run", "run_campaign", "__version__"]

@@ -256,12 +256,17 @@ def bitwise_diff(a: typing.Any, b: typing.Any) -> tuple[bool, int, int]:
     """
     (same_shape, differing elements, first differing flat index or -1), bitwise.h
     """
-def check_stages(backend: str, prepared: ..., tensors: dict, sample: typing.Any = None, probes: collections.abc.Sequence[tuple[str, collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]]] = []) -> dict:
+def check_stages(backend: str, prepared: ..., tensors: dict, sample: typing.Any = None, probes: collections.abc.Sequence[tuple[str, collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]]] = [], elementwise: str = 'bitwise') -> dict:
     """
     Teacher-forced stage checks of one backend's tensors ({name: (array, dtype)}): {reports: one per
     applicable stage of STAGES (status, class counts, per-expert counts and ULPs, first failure,
     probes), passed, detail (the verdict)}. sample: None/'all', 'auto' or elements
-    per (stage, expert) for the GEMM stages.
+    per (stage, expert) for the GEMM stages. elementwise: 'bitwise' (moenum's own functions) or 'interval'
+    (act, a, out, dh of code that does not share them: core/verify/elementwise_interval.h).
+    """
+def count_nonfinite(a: typing.Any) -> int:
+    """
+    Elements of a that are NaN or +-inf
     """
 def count_nonfinite(a: typing.Any) -> int:
     """

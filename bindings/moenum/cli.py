@@ -8,6 +8,7 @@ clear line). The last line says which.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from . import bundled
@@ -50,6 +51,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", action="store_true", help="skip points whose complete results file exists")
     run.add_argument("--shard", help="run slice i of n (i/n), e.g. for Slurm array jobs")
     run.add_argument("-q", "--quiet", action="store_true", help="only the final line")
+    run.add_argument("--device", help="torch device of the external backends (cpu, cuda, cuda:1); "
+                                      "one backend: NAME@DEVICE in --backends")
     run.add_argument("--inject", action="append", metavar="SPEC",
                      help="fault injection (harness self-test), repeatable: BACKEND:TENSOR[i,j,...]+=Nulp or "
                           "+=<number>, e.g. 'cpu.eigen:dw1[3,5,7]+=1ulp'; points then run one by one")
@@ -106,6 +109,9 @@ def _cmd_run(args) -> int:
         raise ScenarioError(f"-j must be >= 1, got {args.jobs}", key="-j")
     backends = [b.strip() for b in args.backends.split(",") if b.strip()] if args.backends else None
     args.scenarios = [bundled.resolve(s) for s in args.scenarios]
+    if args.device:  # the environment carries it to the worker processes of -j
+        from .external.device import DEVICE_ENV
+        os.environ[DEVICE_ENV] = args.device
     if args.inject:
         camp = _run_injected(args, backends)
     else:

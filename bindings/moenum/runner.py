@@ -5,8 +5,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import _core, traits
-from .disposition import ERROR, FAILED, NOT_SUPPORTED, NOT_VERIFIED, PASSED, ran_ok
+from . import _core, external, traits
+from .disposition import ERROR, FAILED, NOT_VERIFIED, PASSED, ran_ok
 from .errors import ScenarioError
 from .provenance import root_attributes
 from .ranks import partial_experts, results_attributes
@@ -44,15 +44,18 @@ def _run_backend(name: str, core_sc, prepared, sc: Scenario, keep_stages: bool |
                  weights: str | None = None) -> dict:
     """One backend's outputs with a provisional disposition: an oracle that ran to completion passed;
     a backend under test is not_verified until its checks pass. A backend that raises is an error."""
-    if traits.is_external(name):
-        return {"disposition": NOT_SUPPORTED, "reason": "torch callables are not wired yet"}
-    ok, disposition, reason = _core.backend_availability(name, core_sc)
+    ok, disposition, reason = (True, "", "") if traits.is_external(name) else _core.backend_availability(name, core_sc)
     if not ok:
         return {"disposition": disposition, "reason": reason}
     try:
-        out = _core.run_backend(name, prepared, keep_stages, weights)
+        out = (external.run_backend(name, prepared, sc.config) if traits.is_external(name)
+               else _core.run_backend(name, prepared, keep_stages, weights))
+        if "disposition" in out:  # an external backend that cannot run here
+            return out
     except _core.ConfigError as e:  # bad input found by a backend: exit 2, like the loader's errors
         raise _config_error(sc, e) from None
+    except ScenarioError:  # an external backend's name that names no factory
+        raise
     except Exception as e:  # noqa: BLE001 - whatever the backend raised is its error, reported with it
         return {"disposition": ERROR, "reason": f"{type(e).__name__}: {e}"}
     if traits.under_test(name):
@@ -154,9 +157,7 @@ def run(scenario, out="results", backends: list[str] | None = None, inject=None)
         for name, report in reports.items():
             ok, detail = stage_c[f"stage.{name}"]
             r = results[name]
-            if not ran_ok(r["disposition"]):
-                continue
-            if not ok:
+            if not ok:  # also when the sanity bound failed it: the stage checks say where it went wrong
                 r["disposition"], r["reason"] = FAILED, detail
             elif r["disposition"] == NOT_VERIFIED:
                 checked = any(sr.status != "skipped" for sr in report)

@@ -180,7 +180,8 @@ def _check_combinations(cfg: dict, err) -> None:
     from . import _core, traits
     for b in cfg["backends"]:
         if not traits.known(b):
-            raise err("backends", f"unknown backend '{b}' (known: {', '.join(_core.backend_names())})")
+            raise err("backends", f"unknown backend '{b}' (known: {', '.join(_core.backend_names())}, "
+                                  f"{', '.join(traits.BUNDLED_EXTERNAL)}, torch:PKG.MODULE:FACTORY)")
     if len(set(cfg["backends"])) != len(cfg["backends"]):
         raise err("backends", "lists a backend twice")
     if cfg["compare"]["baseline"] not in cfg["backends"]:

@@ -109,6 +109,9 @@ SCHEMA: dict[str, Any] = {
         "bias_mode": Key(str, "separate", choices=("separate", "epilogue")),
     },
     "weights": Key(str, "single", choices=("single", "discrete")),
+    # registered backends (moenum._core.backend_names()) and external ones (moenum.external): torch.loop,
+    # torch.grouped_mm, megatron.sequential, megatron.te_grouped, torch:PKG.MODULE:FACTORY, names of the
+    # moenum.backends entry-point group; NAME@DEVICE picks an external backend's torch device
     "backends": Key(list, ["golden", "reference"], check=str_list),
     "compare": {
         "baseline": Key(str, "reference"),

@@ -90,8 +90,9 @@ def backend_tensors(result: dict) -> dict:
 def check_backend(name: str, prepared, result: dict, sample="auto", probes=()) -> tuple[list[StageResult], tuple]:
     """Every applicable stage of one backend's result, checked in C++. probes: (tensor, index) pairs
     whose classes are reported (planted faults). Returns (stage results, (passed, detail))."""
+    from . import traits
     out = _core.check_stages(name, prepared, backend_tensors(result), sample,
-                             [(t, [int(i) for i in idx]) for t, idx in probes])
+                             [(t, [int(i) for i in idx]) for t, idx in probes], traits.elementwise_rule(name))
     results = [StageResult.from_report(r) for r in out["reports"]]
     return results, (bool(out["passed"]), out["detail"])
 

@@ -1,17 +1,31 @@
 """What moenum knows about each backend without running it: the traits of the C++ registry
-(core/include/moenum/backend_traits.h). External backends (`torch:...`) are not in the registry; they
-are backends under test whose traits are unknown."""
+(core/include/moenum/backend_traits.h). External backends (the bundled PyTorch/Megatron adapters and
+`torch:PKG.MODULE:FACTORY`) are not in the registry; they are backends under test (moenum.external)."""
 from __future__ import annotations
 
 import functools
 
 from . import _core
+from .external.device import split_device
+from .external.plugins import BUNDLED, TORCH_PREFIX as EXTERNAL_PREFIX, entry_point_names
 
-EXTERNAL_PREFIX = "torch:"
+BUNDLED_EXTERNAL = tuple(BUNDLED)  # the bundled external adapters (moenum/external/adapters/)
 
 
 def is_external(name: str) -> bool:
-    return name.startswith(EXTERNAL_PREFIX)
+    """A backend that moenum runs through PyTorch: bundled, a user's `torch:PKG.MODULE:FACTORY`, or
+    one a package registers in the `moenum.backends` entry-point group."""
+    base = split_device(name)[0]
+    if base.startswith(EXTERNAL_PREFIX) or base in BUNDLED_EXTERNAL:
+        return True
+    return base not in _registered() and base in entry_point_names()
+
+
+def elementwise_rule(name: str) -> str:
+    """How a backend's elementwise stages (act, a, out, dh) are checked: "bitwise" for moenum's own
+    backends (they share its functions), "interval" for code that does not
+    (core/verify/elementwise_interval.h)."""
+    return "interval" if is_external(name) else "bitwise"
 
 
 @functools.lru_cache(maxsize=None)

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "classify.h"
+#include "elementwise_interval.h"
 #include "error_stats.h"
 #include "moenum/dispatch_plan.h"
 #include "moenum/fp8.h"
@@ -115,9 +116,12 @@ using TensorMap = std::map<std::string, View>;  // a backend's stages and output
 bool stage_applies(const layer::StageDesc& st, const RecipeFacts& recipe);
 
 // Every applicable stage of layer::kStages, in dataflow order; a stage whose tensors or inputs the
-// backend did not save is skipped with the reason.
+// backend did not save is skipped with the reason. `elementwise`: how the stages act, a, out and dh
+// are checked: bitwise (moenum's own functions) or against the interval of elementwise_interval.h
+// (code that does not share them). The combines y and dx are moenum's own and always bitwise.
 std::vector<StageReport> check_stages(const LayerContext& ctx, const TensorMap& tensors, const SampleSpec& sample,
-                                      const std::vector<Probe>& probes = {});
+                                      const std::vector<Probe>& probes = {},
+                                      ElementwiseRule elementwise = ElementwiseRule::kBitwise);
 
 // The /checks/stage.<backend> verdict: the first failing stage, expert and element, or a summary.
 struct StageVerdict {

@@ -1,0 +1,73 @@
+"""`torch.loop`: the layer in plain PyTorch, one matmul per expert in the recipe's dtype, autograd
+backward (wgrads in fp32, linear.py); CPU or GPU. The activation, probs multiply and FC2 bias follow
+numerics.md §1 (fp32 from the dtype's values, one rounding each)."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import NotSupported
+from .linear import linear
+
+
+class TorchLoopExperts(torch.nn.Module):
+    def __init__(self, spec):
+        super().__init__()
+        if spec.recipe not in ("fp32", "bf16"):
+            raise NotSupported(f"torch.loop runs fp32 and bf16, not {spec.recipe}")
+        self.spec = spec
+        self._saved = {}
+
+    def load_weights(self, w1, b1, w2, b2):
+        # fp32 master weights: the GEMMs use their dtype's copies, the gradients stay fp32
+        master = lambda t: None if t is None else torch.nn.Parameter(t.float())
+        self.w1, self.w2, self.b1, self.b2 = master(w1), master(w2), master(b1), master(b2)
+
+    def _expert(self, e, x, p):
+        s = self.spec
+        h = linear(x, self.w1[e])
+        if s.bias:
+            if s.bias_mode == "epilogue":  # fp32 accumulator + bias, one rounding
+                h = (x.float() @ self.w1[e].t() + self.b1[e]).to(x.dtype) if s.dtype != torch.float32 \
+                    else x @ self.w1[e].t() + self.b1[e]
+            else:
+                h = (h.float() + self.b1[e]).to(x.dtype)
+        g, l = h.chunk(2, dim=-1)
+        act = F.silu(g.float()) * l.float()
+        a = (act * p[:, None]).to(x.dtype)
+        o = linear(a, self.w2[e])
+        out = (o.float() + self.b2[e] * p[:, None]).to(x.dtype) if s.bias else o
+        return h, act, a, o, out
+
+    def forward(self, hidden, tokens_per_expert, probs):
+        counts = tokens_per_expert.tolist()  # the loop needs host counts
+        parts = {k: [] for k in ("h", "act", "a", "o")}
+        outs, start = [], 0
+        for e, n in enumerate(counts):
+            h, act, a, o, out = self._expert(e, hidden[start:start + n], probs[start:start + n])
+            h.retain_grad()
+            a.retain_grad()
+            for k, v in zip(parts, (h, act, a, o)):
+                parts[k].append(v)
+            outs.append(out)
+            start += n
+        self._saved = parts
+        return torch.cat(outs)
+
+    def weight_grads(self):
+        g = {"dw1": self.w1.grad, "dw2": self.w2.grad}
+        if self.spec.bias:
+            g.update(db1=self.b1.grad, db2=self.b2.grad)
+        return g
+
+    def stages(self):
+        st = {k: torch.cat([v.detach() for v in parts]) for k, parts in self._saved.items()}
+        for k, dk in (("h", "dh"), ("a", "da")):
+            grads = [v.grad if v.grad is not None else torch.zeros_like(v) for v in self._saved[k]]
+            if any(v.grad is not None for v in self._saved[k]):
+                st[dk] = torch.cat(grads)
+        return st
+
+
+def make(spec):
+    return TorchLoopExperts(spec)
