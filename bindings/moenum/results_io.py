@@ -20,7 +20,7 @@ COMPRESSION = {"compression": "gzip", "compression_opts": 1, "shuffle": True}
 PLAIN_DTYPES = ("fp32", "fp64")
 STRING_COLUMNS = {"backend": 64, "other": 64, "tensor": 32, "disposition": 16}
 INT_COLUMNS = {"expert", "n", "ulp_le0", "ulp_le1", "ulp_le2", "ulp_gt2", "bitwise_equal",
-               "bound_violations"}
+               "bound_violations", "nonfinite", "nonfinite_mismatch"}
 
 
 def result_path(out_dir, scenario_name: str) -> Path:

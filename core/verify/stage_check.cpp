@@ -398,9 +398,9 @@ void gemm_stage(const StageRun& run, int stage, const SampleSpec& sample, StageO
       const int64_t i = rows[ii2];
       for (int64_t j = 0; j < cols; ++j) {
         const double c32 = r.c32(int64_t(ii2), j);
-        const Interval acc = accumulator_interval(c32, r.absprod(int64_t(ii2), j), K);
+        const Interval acc = accumulator_interval(c32, r.absprod(int64_t(ii2), j), K, r.finite_absprod(int64_t(ii2), j));
         const auto [ref, pre] = post(c32, j, r.c64(int64_t(ii2), j));
-        const Expected x{ref, pre, Interval{post(acc.lo, j, kNaN).first, post(acc.hi, j, kNaN).first}};
+        const Expected x{ref, pre, Interval{post(acc.lo, j, kNaN).first, post(acc.hi, j, kNaN).first, acc.nan_ok}};
         const int64_t flat = flat_of(i, j);
         run.record(ty, run.name, 0, flat, value.at(flat), x, grid, true, true);
       }
@@ -501,7 +501,7 @@ void bias_grad_stage(const StageRun& run, StageOut& out) {
     const Matrix vals = db2 ? token_rows(c.dy, c, s, M) : view_rows(run.t.at("dh"), s, M, cols);
     const so::GemmRef r = so::exact_gemm_ref(w, vals.transpose(), nullptr);
     for (int64_t j = 0; j < cols; ++j) {
-      const Interval acc = accumulator_interval(r.c32(0, j), r.absprod(0, j), M);
+      const Interval acc = accumulator_interval(r.c32(0, j), r.absprod(0, j), M, r.finite_absprod(0, j));
       run.record(ty, run.name, 0, e * cols + j, value.at(e * cols + j), {r.c32(0, j), r.c64(0, j), acc},
                  Grid::kF32, true, true);
     }
