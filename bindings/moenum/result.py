@@ -56,24 +56,41 @@ class RunResult:
             return yaml.safe_load(f.attrs["scenario_yaml"])
 
 
+# What h5py, numpy and yaml raise on a file that opens but is damaged or not laid out as moenum writes.
+_DAMAGED_FILE_ERRORS = (KeyError, ValueError, TypeError, IndexError, AttributeError, OSError, RuntimeError,
+                        yaml.YAMLError)
+
+
 def open_results(path) -> RunResult:
-    """Read a results file back into the same object `moenum.run` returns."""
-    from .results_io import open_file, records_to_errors
+    """Read a results file back into the same object `moenum.run` returns. A damaged or foreign file is
+    a ScenarioError naming it (bad input), never a traceback."""
+    from .errors import ScenarioError
+    from .results_io import open_file
     with open_file(path) as f:
-        cfg = yaml.safe_load(f.attrs["scenario_yaml"])
-        disposition, reasons, seconds = {}, {}, {}
-        for name, g in f["results"].items():
-            disposition[name] = str(g.attrs["disposition"])
-            reasons[name] = str(g.attrs.get("reason", ""))
-            seconds[name] = float(g.attrs.get("seconds", 0.0))
-        checks = {n: bool(g.attrs["passed"]) for n, g in f["checks"].items()}
-        details = {n: str(g.attrs["detail"]) for n, g in f["checks"].items()}
-        errors = records_to_errors(f["tables/errors"][()])
-        warnings = [w for w in str(f["dispatch"].attrs.get("warnings", "")).split("\n") if w]
-        stage_table = None
-        if "stages" in f["tables"]:
-            from .verify import records_to_table
-            stage_table = records_to_table(f["tables/stages"][()])
+        try:
+            return _read_results(f, path)
+        except ScenarioError:
+            raise
+        except _DAMAGED_FILE_ERRORS as e:
+            raise ScenarioError(f"not a readable moenum results file ({type(e).__name__}: {e})", str(path)) from None
+
+
+def _read_results(f, path) -> RunResult:
+    from .results_io import records_to_errors
+    cfg = yaml.safe_load(f.attrs["scenario_yaml"])
+    disposition, reasons, seconds = {}, {}, {}
+    for name, g in f["results"].items():
+        disposition[name] = str(g.attrs["disposition"])
+        reasons[name] = str(g.attrs.get("reason", ""))
+        seconds[name] = float(g.attrs.get("seconds", 0.0))
+    checks = {n: bool(g.attrs["passed"]) for n, g in f["checks"].items()}
+    details = {n: str(g.attrs["detail"]) for n, g in f["checks"].items()}
+    errors = records_to_errors(f["tables/errors"][()])
+    warnings = [w for w in str(f["dispatch"].attrs.get("warnings", "")).split("\n") if w]
+    stage_table = None
+    if "stages" in f["tables"]:
+        from .verify import records_to_table
+        stage_table = records_to_table(f["tables/stages"][()])
     return RunResult(path=Path(path), name=cfg["name"], errors=errors, disposition=disposition,
                      reasons=reasons, checks=checks, check_details=details, seconds=seconds,
                      warnings=warnings, stage_table=stage_table)
