@@ -295,24 +295,4 @@ Matrix abs_product_nt(const Matrix& A, const Matrix& B) {
   return S;
 }
 
-Matrix gemm_nt_f64_seq(const Matrix& A, const Matrix& B, const Vector* bias) {
-  const int64_t M = A.rows(), N = B.rows(), K = A.cols();
-  MOENUM_CHECK(B.cols() == K, "gemm_nt_f64_seq: A and B disagree on K");
-  MOENUM_CHECK(!bias || bias->size() == N, "gemm_nt_f64_seq: bias length must be N");
-  const Matrix Bt = B.transpose();  // K x N, so the inner loop runs over outputs (vectorisable)
-  Matrix C = Matrix::Zero(M, N);
-  for (int64_t i = 0; i < M; ++i) {
-    double* c = C.data() + i * N;
-    const double* a = A.data() + i * K;
-    for (int64_t k = 0; k < K; ++k) {  // each c[j] sums its products in k order
-      const double ak = a[k];
-      const double* b = Bt.data() + k * N;
-      for (int64_t j = 0; j < N; ++j) c[j] += ak * b[j];
-    }
-    if (bias)
-      for (int64_t j = 0; j < N; ++j) c[j] += (*bias)(j);
-  }
-  return C;
-}
-
 }  // namespace moenum::reference

@@ -87,9 +87,4 @@ Matrix gemm_tn_rn_f32(const Matrix& A, const Matrix& B, GemmStats* stats = nullp
 // of numerics.md §7): the S of the per-element bound (core/verify/bounds.h).
 Matrix abs_product_nt(const Matrix& A, const Matrix& B);
 
-// C = A . B^T (+ bias) in plain fp64, each output summed sequentially in k order, then the bias
-// (golden). Inserting zero terms anywhere leaves every output bit-identical, so golden does not
-// depend on padding rows; nor on thread count.
-Matrix gemm_nt_f64_seq(const Matrix& A, const Matrix& B, const Vector* bias = nullptr);
-
 }  // namespace moenum::reference

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "exact_gemm.h"
+#include "k_ordered_gemm.h"
 #include "moenum/bf16.h"
 #include "moenum/layer.h"
 

@@ -5,7 +5,7 @@
 # torch._grouped_mm peer; logs go to $OUT (default build/gpu-check), a summary table is printed last.
 #
 #   scripts/gpu-check.sh [STAGE...]     stages: build tests sanitize scenarios verify nightly scale bench
-#                                       (default: all; verify, nightly and scale need the scenarios stage's package)
+#                                       (default: all; the Python package is built for scenarios, verify, nightly and scale)
 #
 # Offline machines: packages the machine lacks can sit in .gpudeps/ (ignored by git):
 #   nvidia_cutlass-*.whl   CUTLASS C++ headers (unpacked with pip --target, found via CUTLASS_INCLUDE_DIR)
@@ -84,20 +84,24 @@ if want sanitize && [ -x $BUILD/moenum_gpu_tests ] && command -v compute-sanitiz
   done
 fi
 
-# ---- GPU scenarios through the Python package ----------------------------------------------------
-if want scenarios; then
-  t0=$SECONDS
+# ---- the Python package: needed by the scenarios, verify, nightly and scale stages ----------------
+if want scenarios || want verify || want nightly || want scale; then
   # The Python module built by CMake into the same tree (incremental: only the bindings compile),
   # then the package run from a temporary copy of bindings/moenum: no pip install needed offline.
   {
     cmake -S . -B $BUILD -DMOENUM_PYTHON=ON -Dpybind11_DIR="$(python3 -m pybind11 --cmakedir)" "${CMAKE_EXTRA[@]}" \
       && cmake --build $BUILD -j "$JOBS" --target _core \
       && rm -rf /tmp/moenum-py && mkdir -p /tmp/moenum-py && cp -r bindings/moenum /tmp/moenum-py/ \
-      && cp $BUILD/_core*.so /tmp/moenum-py/moenum/ \
-      && OMP_NUM_THREADS=2 PYTHONPATH=/tmp/moenum-py timeout 400 python3 -m moenum run -j 8 scenarios/smoke.yaml scenarios/padding.yaml \
-           scenarios/ep.yaml scenarios/mxfp8.yaml scenarios/special.yaml scenarios/regimes.yaml -o /tmp/moenum-results \
-           --backends golden,reference,cpu.eigen,gpu.grouped,gpu.multistream
-  } >"$OUT/scenarios.log" 2>&1
+      && cp $BUILD/_core*.so /tmp/moenum-py/moenum/
+  } >"$OUT/package.log" 2>&1 || note package FAILED "see package.log: $(grep -m1 -E 'error|Error' "$OUT/package.log")"
+fi
+
+# ---- GPU scenarios through the Python package ----------------------------------------------------
+if want scenarios && [ -d /tmp/moenum-py/moenum ]; then
+  t0=$SECONDS
+  OMP_NUM_THREADS=2 PYTHONPATH=/tmp/moenum-py timeout 400 python3 -m moenum run -j 8 scenarios/smoke.yaml scenarios/padding.yaml \
+    scenarios/ep.yaml scenarios/mxfp8.yaml scenarios/special.yaml scenarios/regimes.yaml -o /tmp/moenum-results \
+    --backends golden,reference,cpu.eigen,gpu.grouped,gpu.multistream >"$OUT/scenarios.log" 2>&1
   rc=$?
   gpu_disp=$(grep -oE '^ +gpu\.[a-z]+ +(passed|failed|error|not_verified|not_run|not_supported)' "$OUT/scenarios.log" | awk '{print $1"="$2}' | sort | uniq -c | tr -s ' ' | tr '\n' ' ')
   [ $rc -eq 0 ] && note scenarios ok "$((SECONDS - t0)) s; $(tail -1 "$OUT/scenarios.log"); GPU results: $gpu_disp" \
@@ -127,9 +131,13 @@ fi
 # ---- verification at production scale: a Qwen3-30B-A3B layer end to end (bench/verify_scale.py) -------
 if want scale && [ -d /tmp/moenum-py/moenum ]; then
   t0=$SECONDS
-  PYTHONPATH=/tmp/moenum-py timeout 420 python3 bench/verify_scale.py --moenum "python3 -m moenum" --timeout 400 \
+  # cProfile of the moenum process (its Python calls only: the C++ work shows as the calls that start it)
+  PYTHONPATH=/tmp/moenum-py timeout 420 python3 bench/verify_scale.py \
+    --moenum "python3 -m cProfile -o $OUT/scale.prof -m moenum" --timeout 400 \
     bench/scenarios/qwen3-30b-a3b.yaml >"$OUT/scale.md" 2>&1
   rc=$?
+  python3 -c "import pstats; pstats.Stats('$OUT/scale.prof').sort_stats('cumulative').print_stats(45)" \
+    >"$OUT/scale-profile.txt" 2>&1
   row=$(tail -1 "$OUT/scale.md")
   [ $rc -eq 0 ] && note scale ok "$((SECONDS - t0)) s; $row" || note scale FAILED "rc $rc; $row"
 fi

@@ -371,9 +371,9 @@ def round_to(values: typing.Annotated[numpy.typing.ArrayLike, numpy.float64], dt
     """
     fp64 values -> fp32 (RN) -> dtype (bf16 RN-even or fp32)
     """
-def run_backend(name: str, prepared: Prepared, keep_stages: bool | None = None) -> dict:
+def run_backend(name: str, prepared: Prepared, keep_stages: bool | None = None, weights: str | None = None) -> dict:
     """
-    Run one backend; returns outputs, stages, attrs, seconds. keep_stages overrides output.intermediates
+    Run one backend; returns outputs, stages, attrs, seconds. keep_stages overrides output.intermediates, weights the weights layout (single | discrete)
     """
 def ulp_distance(values: typing.Any, refs: typing.Any, grid: str) -> numpy.typing.NDArray[numpy.float64]:
     """

@@ -40,7 +40,8 @@ def _config_error(sc: Scenario, e) -> ScenarioError:
     return sc.error(e.key, e.message) if e.key else ScenarioError(e.message, sc.file)
 
 
-def _run_backend(name: str, core_sc, prepared, sc: Scenario, keep_stages: bool | None = None) -> dict:
+def _run_backend(name: str, core_sc, prepared, sc: Scenario, keep_stages: bool | None = None,
+                 weights: str | None = None) -> dict:
     """One backend's outputs with a provisional disposition: an oracle that ran to completion passed;
     a backend under test is not_verified until its checks pass. A backend that raises is an error."""
     if traits.is_external(name):
@@ -49,7 +50,7 @@ def _run_backend(name: str, core_sc, prepared, sc: Scenario, keep_stages: bool |
     if not ok:
         return {"disposition": disposition, "reason": reason}
     try:
-        out = _core.run_backend(name, prepared, keep_stages)
+        out = _core.run_backend(name, prepared, keep_stages, weights)
     except _core.ConfigError as e:  # bad input found by a backend: exit 2, like the loader's errors
         raise _config_error(sc, e) from None
     except Exception as e:  # noqa: BLE001 - whatever the backend raised is its error, reported with it
@@ -106,17 +107,37 @@ def run(scenario, out="results", backends: list[str] | None = None, inject=None)
     _check_alignment(sc, prepared)
 
     results, checks = {}, {}
+    applied = {}              # injection index -> what was planted
+    stage_c, reports = {}, {}  # stage.<backend> -> (passed, detail); backend -> [StageResult]
+    invariance_c = {}          # backend -> (passed, detail)
     shapes = expected_shapes(cfg)
     for name in names:
         r = _run_backend(name, core_sc, prepared, sc, keep_stages(name))
+        results[name] = r
         if ran_ok(r["disposition"]):
             c = output_checks(name, r, shapes, nonfinite_expected(cfg))
             checks.update(c)
             if not all(ok for ok, _ in c.values()):
                 r["disposition"], r["reason"] = FAILED, next(d for ok, d in c.values() if not ok)
-        results[name] = r
-
-    applied = [(inj, inject_mod.apply(inj, results)) for inj in injections]
+        for i, inj in enumerate(injections):
+            if inj.backend == name:
+                applied[i] = inject_mod.apply(inj, results)
+        if not ran_ok(r["disposition"]):
+            continue
+        # Each backend is checked as soon as it ran, so only one backend's stage tensors live at a time.
+        if check_stages:
+            probes = [inject_mod.probe(inj, applied[i]) for i, inj in enumerate(injections) if inj.backend == name]
+            c, rep = stage_checks(cfg, prepared, results, [name], include=list(injected_backends),
+                                  probes={name: probes})
+            stage_c.update(c)
+            reports.update(rep)
+        if not cfg["output"]["intermediates"]:
+            r["stages"] = {}
+        if verify_cfg.get("invariance", True):
+            c = weights_layout_check(name, r, lambda n=name: _rerun_other_layout(sc, n, core_sc, prepared))
+            if c is not None:
+                invariance_c[name] = c
+    applied = [(inj, applied[i]) for i, inj in enumerate(injections)]
 
     table = error_table(results, names, baseline, prepared.topk_idx, partial_experts(cfg))
     # A sanity bound against golden: far from the arithmetic's error, so it can fail a backend but
@@ -128,17 +149,13 @@ def run(scenario, out="results", backends: list[str] | None = None, inject=None)
             failed = [d for ok, d in c.values() if not ok]
             if failed:
                 results[name]["disposition"], results[name]["reason"] = FAILED, failed[0]
-    reports = {}
     if check_stages:
-        probes = {}
-        for inj, info in applied:
-            probes.setdefault(inj.backend, []).append(inject_mod.probe(inj, info))
-        stage_c, reports = stage_checks(cfg, prepared, results, names,
-                                        include=[inj.backend for inj in injections], probes=probes)
         checks.update(stage_c)
         for name, report in reports.items():
             ok, detail = stage_c[f"stage.{name}"]
             r = results[name]
+            if not ran_ok(r["disposition"]):
+                continue
             if not ok:
                 r["disposition"], r["reason"] = FAILED, detail
             elif r["disposition"] == NOT_VERIFIED:
@@ -149,15 +166,10 @@ def run(scenario, out="results", backends: list[str] | None = None, inject=None)
         for r in results.values():
             if r["disposition"] == NOT_VERIFIED:
                 r["reason"] = "stage checks off (verify.stages: false): no check verified it"
-    if verify_cfg.get("invariance", True):
-        for name in names:
-            if not ran_ok(results[name]["disposition"]):
-                continue
-            c = weights_layout_check(name, results[name], lambda n=name: _rerun_other_layout(sc, n))
-            if c is not None:
-                checks[f"invariance.weights.{name}"] = c
-                if not c[0]:
-                    results[name]["disposition"], results[name]["reason"] = FAILED, c[1]
+    for name, (ok, detail) in invariance_c.items():
+        checks[f"invariance.weights.{name}"] = (ok, detail)
+        if not ok and ran_ok(results[name]["disposition"]):
+            results[name]["disposition"], results[name]["reason"] = FAILED, detail
     injected = []
     for inj, info in applied:
         checks[inj.check_name] = inject_mod.outcome(inj, info, reports.get(inj.backend))
@@ -188,12 +200,11 @@ def run(scenario, out="results", backends: list[str] | None = None, inject=None)
                      stage_table=stages_df, injections=injected)
 
 
-def _rerun_other_layout(sc: Scenario, name: str) -> dict:
-    """One backend again with the other weights layout (single <-> discrete), for invariance.weights."""
-    core_sc = to_core(sc)
-    core_sc.weights = "discrete" if sc.config["weights"] == "single" else "single"
-    core_sc.output.intermediates = False
-    return _run_backend(name, core_sc, _core.prepare(core_sc), sc)
+def _rerun_other_layout(sc: Scenario, name: str, core_sc, prepared) -> dict:
+    """One backend again with the other weights layout (single <-> discrete), for invariance.weights,
+    on the same inputs."""
+    other = "discrete" if sc.config["weights"] == "single" else "single"
+    return _run_backend(name, core_sc, prepared, sc, keep_stages=False, weights=other)
 
 
 def _full_diffs(results, names, baseline):

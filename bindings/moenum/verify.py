@@ -83,7 +83,7 @@ def output_checks(name: str, result: dict, expected: dict, nonfinite_ok: bool = 
     outs = result.get("outputs", {})
     missing = [t for t in expected if t not in outs]
     bad_shape = [t for t, shape in expected.items() if t in outs and tuple(outs[t][0].shape) != shape]
-    counts = {t: int(np.size(v) - np.count_nonzero(np.isfinite(v))) for t, (v, _) in outs.items()}
+    counts = {t: int(_core.count_nonfinite(v)) for t, (v, _) in outs.items()}
     nonfinite = [f"{t} ({n})" for t, n in counts.items() if n]
     ok = not (missing or bad_shape or (nonfinite and not nonfinite_ok))
     detail = "; ".join(filter(None, [

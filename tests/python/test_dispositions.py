@@ -73,12 +73,12 @@ def crash_cpu_eigen(monkeypatch):
     """cpu.eigen raises a real C++ InternalError: it is run on a scenario it cannot run (Backend::run)."""
     real = _core.run_backend
 
-    def run_backend(name, prepared, keep_stages=None):
+    def run_backend(name, prepared, keep_stages=None, weights=None):
         if name != "cpu.eigen":
-            return real(name, prepared, keep_stages)
+            return real(name, prepared, keep_stages, weights)
         sc = moenum.scenario.to_core(moenum.from_dict(CFG)[0])
         sc.recipe.name = "fp8_block"
-        return real(name, _core.prepare(sc), keep_stages)
+        return real(name, _core.prepare(sc), keep_stages, weights)
     monkeypatch.setattr(_core, "run_backend", run_backend)
 
 

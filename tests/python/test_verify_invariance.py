@@ -75,3 +75,26 @@ def test_per_point_weights_layout_check_reruns_layout_sensitive_backends(tmp_pat
     res = moenum.run(moenum.from_dict(cfg)[0], out=tmp_path)
     assert res.checks["invariance.weights.cpu.eigen"], res.check_details
     assert "bitwise identical" in res.check_details["invariance.weights.cpu.eigen"]
+
+
+def test_weights_layout_rerun_shares_the_points_inputs(tmp_path, monkeypatch):
+    """The rerun gets the other layout on the same prepared inputs: one input generation per point."""
+    from moenum import _core
+    cfg = {k: v for k, v in CAMPAIGN.items() if k != "sweep"}
+    monkeypatch.setattr(traits, "layout_sensitive", lambda name: name == "cpu.eigen")
+    prepares, layouts = [], []
+    real_prepare, real_run = _core.prepare, _core.run_backend
+
+    def prepare(sc):
+        prepares.append(sc.weights)
+        return real_prepare(sc)
+
+    def run_backend(name, prepared, keep_stages=None, weights=None):
+        layouts.append((name, weights))
+        return real_run(name, prepared, keep_stages, weights)
+    monkeypatch.setattr(_core, "prepare", prepare)
+    monkeypatch.setattr(_core, "run_backend", run_backend)
+    res = moenum.run(moenum.from_dict(cfg)[0], out=tmp_path)
+    assert res.checks["invariance.weights.cpu.eigen"], res.check_details
+    assert prepares == ["single"]
+    assert ("cpu.eigen", "discrete") in layouts
