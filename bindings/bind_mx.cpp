@@ -11,6 +11,7 @@
 
 #include "binding_registry.h"
 #include "moenum/mx.h"
+#include "moenum/mx_names.h"
 
 namespace py = pybind11;
 
@@ -20,22 +21,20 @@ namespace {
 using F32Array = py::array_t<float, py::array::c_style>;
 using U8Array = py::array_t<uint8_t, py::array::c_style>;
 
+// The names are parsed once, in moenum/mx_names.h; an unknown one is a ValueError here.
 Fp8Format parse_format(const std::string& s) {
-  if (s == "e4m3") return Fp8Format::E4M3;
-  if (s == "e5m2") return Fp8Format::E5M2;
+  if (const auto f = fp8_format_from_name(s)) return *f;
   throw py::value_error("unknown FP8 format '" + s + "': expected 'e4m3' or 'e5m2'");
 }
 
 ScaleRounding parse_rounding(const std::string& s) {
-  if (s == "rceil") return ScaleRounding::Rceil;
-  if (s == "floor") return ScaleRounding::Floor;
+  if (const auto r = scale_rounding_from_name(s)) return *r;
   throw py::value_error("unknown scale_rounding '" + s + "': expected 'rceil' or 'floor'");
 }
 
 InvScaleRule parse_inv_scale(const std::string& s) {
-  if (s == "spec") return InvScaleRule::Spec;
-  if (s == "te_kernel") return InvScaleRule::TeKernel;
-  throw py::value_error("unknown inv_scale '" + s + "': expected 'spec' or 'te_kernel'");
+  if (const auto r = inv_scale_rule_from_name(s)) return *r;
+  throw py::value_error("unknown inv_scale '" + s + "': expected 'te_kernel' or 'spec'");
 }
 
 std::vector<py::ssize_t> shape_of(const py::array& a) { return {a.shape(), a.shape() + a.ndim()}; }
@@ -144,10 +143,11 @@ F32Array mx_dequantize(const U8Array& q, const U8Array& s, const std::string& fm
 
 void bind(py::module_& m) {
   m.def("mx_quantize", &mx_quantize, py::arg("x"), py::arg("fmt") = "e4m3", py::arg("scale_rounding") = "rceil",
-        py::arg("columnwise") = false, py::arg("inv_scale") = "spec",
+        py::arg("columnwise") = false, py::arg("inv_scale") = inv_scale_rule_name(kDefaultInvScale),
         "MXFP8-quantize a C-contiguous 2-D float32 array, blocks of 32 along the last axis (or down the\n"
-        "columns when columnwise). Returns (codes uint8 like x, scales uint8 E8M0). inv_scale='te_kernel'\n"
-        "models TransformerEngine's kernel edge cases (see e8m0.h); 'spec' is numerics.md.");
+        "columns when columnwise). Returns (codes uint8 like x, scales uint8 E8M0). inv_scale: 'te_kernel'\n"
+        "(the default: TransformerEngine's kernel rule, 1.0 for code 0, +0.0 for 0xFE) or 'spec' (2^(127-code)\n"
+        "exactly); see e8m0.h.");
   m.def("mx_dequantize", &mx_dequantize, py::arg("codes"), py::arg("scales"), py::arg("fmt") = "e4m3",
         py::arg("columnwise") = false, "codes * 2^(scale-127) as float32, exact (inf past the fp32 range)");
   m.def("fp8_encode", [](const F32Array& x, const std::string& fmt) {
@@ -172,7 +172,8 @@ void bind(py::module_& m) {
   m.def("e8m0_inv_scale", [](const U8Array& c, const std::string& rule) {
     const InvScaleRule ru = parse_inv_scale(rule);
     return map_elements<uint8_t, float>(c, [ru](uint8_t v) { return mx_inv_scale(v, ru); });
-  }, py::arg("codes"), py::arg("rule") = "spec", "E8M0 code -> the 2^(127-code) the quantizer multiplies by");
+  }, py::arg("codes"), py::arg("rule") = inv_scale_rule_name(kDefaultInvScale),
+     "E8M0 code -> the inverse scale the quantizer multiplies by (rule te_kernel or spec)");
 }
 
 BindRegistrar registrar(bind);

@@ -121,9 +121,20 @@ void bind(py::module_& m) {
       .def_readwrite("name", &RecipeConfig::name)
       .def_readwrite("scale_rounding", &RecipeConfig::scale_rounding)
       .def_readwrite("grad_format", &RecipeConfig::grad_format)
-      .def_readwrite("bias_mode", &RecipeConfig::bias_mode);
+      .def_readwrite("bias_mode", &RecipeConfig::bias_mode)
+      .def_readwrite("inv_scale", &RecipeConfig::inv_scale);
+  py::class_<SpecialValues>(m, "SpecialValues")
+      .def(py::init<>())
+      .def_readwrite("nan", &SpecialValues::nan)
+      .def_readwrite("inf", &SpecialValues::inf)
+      .def_readwrite("subnormal", &SpecialValues::subnormal)
+      .def_readwrite("huge", &SpecialValues::huge)
+      .def_readwrite("value", &SpecialValues::value)
+      .def_readwrite("value_fraction", &SpecialValues::value_fraction);
   py::class_<InputRegime>(m, "InputRegime")
       .def(py::init<>())
+      .def_readwrite("regime", &InputRegime::regime)
+      .def_readwrite("special", &InputRegime::special)
       .def_readwrite("dist", &InputRegime::dist)
       .def_readwrite("scale", &InputRegime::scale)
       .def_readwrite("outlier_fraction", &InputRegime::outlier_fraction)

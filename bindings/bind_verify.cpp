@@ -109,6 +109,8 @@ py::dict stats_dict(const ErrorStats& s) {
   d["rel_fro"] = s.rel_fro;
   d["calc_diff"] = s.calc_diff;
   d["bitwise_equal"] = s.bitwise_equal;
+  d["nonfinite"] = s.nonfinite;
+  d["nonfinite_mismatch"] = s.nonfinite_mismatch;
   return d;
 }
 

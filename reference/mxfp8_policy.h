@@ -6,7 +6,8 @@
 // ---- operand rules: the GEMM table of moenum/layer.h (kGemms: source, rowwise/columnwise, gradient) --
 //
 // recipe.grad_format (e4m3 | e5m2) applies to the gradient operands dy and dh (operand A of the four
-// backward GEMMs), E4M3 to the rest. Scale rounding: recipe.scale_rounding (rceil | floor). x and dy are the
+// backward GEMMs), E4M3 to the rest. Scale rounding: recipe.scale_rounding (rceil | floor); the inverse
+// scale elements are multiplied by: recipe.inv_scale (te_kernel | spec, moenum/mx.h). x and dy are the
 // dispatched rows (a router pad row carries its token's real x and dy; a zero pad row zeros); a and dh
 // are the bf16 stage values (pad rows: +-0). Columnwise blocks along tokens lie inside one expert
 // segment (segments are multiples of 32 rows), so they never mix experts or ranks; weight blocks
@@ -78,12 +79,14 @@ struct Mxfp8Policy : Bf16Policy {
       "ideal: MXFP8 operands dequantized exactly, exact sum of products, rounded once to fp32";
   Fp8Format grad_format = Fp8Format::E4M3;
   ScaleRounding scale_rounding = ScaleRounding::Rceil;
+  InvScaleRule inv_scale = kDefaultInvScale;
   std::string scenario = "mxfp8";  // for error messages
 
   Mxfp8Policy() = default;
-  Mxfp8Policy(Fp8Format grad, ScaleRounding rounding, std::string scenario_name = "mxfp8")
-      : grad_format(grad), scale_rounding(rounding), scenario(std::move(scenario_name)) {}
-  // From recipe.grad_format / recipe.scale_rounding; ConfigError on unknown values.
+  Mxfp8Policy(Fp8Format grad, ScaleRounding rounding, std::string scenario_name = "mxfp8",
+              InvScaleRule inv = kDefaultInvScale)
+      : grad_format(grad), scale_rounding(rounding), inv_scale(inv), scenario(std::move(scenario_name)) {}
+  // From recipe.grad_format / recipe.scale_rounding / recipe.inv_scale; ConfigError on unknown values.
   static Mxfp8Policy from_scenario(const Scenario& sc);
 
   Fp8Format format(Gemm g, Operand op) const { return layer::is_gradient(g, op) ? grad_format : Fp8Format::E4M3; }

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "grouped_mlp.h"
+#include "moenum/mx_names.h"
 #include "recipes.h"
 
 namespace moenum::reference {
@@ -14,12 +15,16 @@ Mxfp8Policy Mxfp8Policy::from_scenario(const Scenario& sc) {
   Mxfp8Policy pol;
   pol.scenario = sc.name;
   const auto& r = sc.recipe;
-  if (r.grad_format == "e4m3") pol.grad_format = Fp8Format::E4M3;
-  else if (r.grad_format == "e5m2") pol.grad_format = Fp8Format::E5M2;
-  else pol.config_error("recipe.grad_format", "unknown format '" + r.grad_format + "' (e4m3 or e5m2)");
-  if (r.scale_rounding == "rceil") pol.scale_rounding = ScaleRounding::Rceil;
-  else if (r.scale_rounding == "floor") pol.scale_rounding = ScaleRounding::Floor;
-  else pol.config_error("recipe.scale_rounding", "unknown scale rounding '" + r.scale_rounding + "' (rceil or floor)");
+  const auto grad = fp8_format_from_name(r.grad_format);
+  if (!grad) pol.config_error("recipe.grad_format", "unknown format '" + r.grad_format + "' (e4m3 or e5m2)");
+  const auto rounding = scale_rounding_from_name(r.scale_rounding);
+  if (!rounding)
+    pol.config_error("recipe.scale_rounding", "unknown scale rounding '" + r.scale_rounding + "' (rceil or floor)");
+  const auto inv = inv_scale_rule_from_name(r.inv_scale);
+  if (!inv) pol.config_error("recipe.inv_scale", "unknown inverse scale rule '" + r.inv_scale + "' (te_kernel or spec)");
+  pol.grad_format = *grad;
+  pol.scale_rounding = *rounding;
+  pol.inv_scale = *inv;
   return pol;
 }
 
@@ -45,7 +50,7 @@ MxOperand Mxfp8Policy::quantize_codes(const Matrix& m, Gemm g, Operand op) const
   for (int64_t i = 0; i < rows * K; ++i) x[i] = float(m.data()[i]);  // bf16 values: exact
   q.codes.resize(size_t(rows * K));
   q.scales.resize(size_t(rows * (K / kMxBlock)));
-  mx_quantize_rowwise(x.data(), rows, K, q.codes.data(), q.scales.data(), q.format, scale_rounding);
+  mx_quantize_rowwise(x.data(), rows, K, q.codes.data(), q.scales.data(), q.format, scale_rounding, inv_scale);
   return q;
 }
 

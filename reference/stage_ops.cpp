@@ -38,6 +38,7 @@ GemmRef exact_gemm_ref(const Matrix& A, const Matrix& B, const Vector* bias) {
   GemmRef g;
   g.c32 = gemm_nt_rn_f32(A, B, bias);
   g.absprod = abs_product_nt(A, B);
+  g.finite_absprod = Matrix(A.rows(), B.rows());
   const Matrix c = A * B.transpose();
   g.c64 = Matrix::Constant(A.rows(), B.rows(), std::numeric_limits<double>::quiet_NaN());
   std::vector<int> qa(A.rows()), qb(B.rows());
@@ -50,7 +51,15 @@ GemmRef exact_gemm_ref(const Matrix& A, const Matrix& B, const Vector* bias) {
         s += std::fabs((*bias)(j));
         v = std::numeric_limits<double>::quiet_NaN();  // certified below only without bias
       }
-      g.absprod(i, j) = s;
+      g.absprod(i, j) = g.finite_absprod(i, j) = s;
+      if (!std::isfinite(s)) {  // rare: sum the finite terms' magnitudes one by one
+        double f = bias && std::isfinite((*bias)(j)) ? std::fabs((*bias)(j)) : 0.0;
+        for (Eigen::Index k = 0; k < A.cols(); ++k) {
+          const double t = std::fabs(A(i, k) * B(j, k));
+          if (std::isfinite(t)) f += t;
+        }
+        g.finite_absprod(i, j) = f;
+      }
       if (bias || qa[i] == kNoGrid || qb[j] == kNoGrid) {
         if (s == 0.0 && !bias) g.c64(i, j) = 0.0;
         continue;

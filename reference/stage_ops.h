@@ -23,8 +23,11 @@ Matrix round_matrix(const Matrix& m, Round r);
 // The reference GEMM of one expert with what a bound needs: c32 = correctly rounded fp32 value of
 // the exact sum (+ bias), absprod = sum_k |a_k b_k| (+ |bias|), and c64 = the exact sum where the
 // fp64 product certifies it exact (no partial sum of any order can round), NaN where not certified.
+// c32: the correctly rounded fp32 value of the exact sum (IEEE when an operand is non-finite);
+// absprod: sum |a_k b_k| (+ |bias|) in fp64; finite_absprod: the same over the finite terms only
+// (equal to absprod unless an operand is inf or NaN), for the overflow rule of bounds.h.
 struct GemmRef {
-  Matrix c32, absprod, c64;
+  Matrix c32, absprod, c64, finite_absprod;
 };
 GemmRef exact_gemm_ref(const Matrix& A, const Matrix& B, const Vector* bias);
 

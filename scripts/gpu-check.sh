@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One command on a GPU machine: build the CUDA backends, run the GPU gtests (and compute-sanitizer
-# memcheck on a subset), the GPU scenarios through `moenum run`, and the GEMM bench with its
+# memcheck and racecheck on a subset), the GPU scenarios through `moenum run` (the special-value and
+# input-regime scenarios among them), and the GEMM bench with its
 # torch._grouped_mm peer; logs go to $OUT (default build/gpu-check), a summary table is printed last.
 #
 #   scripts/gpu-check.sh [STAGE...]     stages: build tests sanitize scenarios verify external nightly scale bench
@@ -73,15 +74,20 @@ if want tests && [ -x $BUILD/moenum_gpu_tests ]; then
                 || note gtests FAILED "rc $rc; $line; $(grep -m3 '^\[  FAILED  \]' "$OUT/gpu_tests.log" | tr '\n' ' ')"
 fi
 
-# ---- compute-sanitizer memcheck on a subset ------------------------------------------------------
+# ---- compute-sanitizer memcheck and racecheck on a subset ---------------------------------------
+# memcheck: out-of-bounds and misaligned accesses, leaks of device memory; racecheck: shared-memory
+# hazards (the MX quantizer's tile, the layer kernels' reductions). A subset: both slow kernels ~100x.
+SANITIZE_FILTER='Backends/GpuLayer.*uniform*:Backends/GpuLayer.*empty_and_single*:Shapes/GpuMx.*96x160*:GpuMxSwizzle.*:GpuGraph.*:Backends/GpuMxfp8Layer.*module_ep2*'
 if want sanitize && [ -x $BUILD/moenum_gpu_tests ] && command -v compute-sanitizer >/dev/null; then
-  t0=$SECONDS
-  timeout 240 compute-sanitizer --tool memcheck --error-exitcode 3 $BUILD/moenum_gpu_tests \
-    --gtest_filter='Backends/GpuLayer.*uniform*:Backends/GpuLayer.*empty_and_single*:Shapes/GpuMx.*96x160*:GpuMxSwizzle.*:GpuGraph.*:Backends/GpuMxfp8Layer.*module_ep2*' \
-    >"$OUT/sanitizer.log" 2>&1
-  rc=$?
-  [ $rc -eq 0 ] && note memcheck ok "$((SECONDS - t0)) s; $(grep -m1 'ERROR SUMMARY' "$OUT/sanitizer.log")" \
-                || note memcheck FAILED "rc $rc; $(grep -m1 'ERROR SUMMARY' "$OUT/sanitizer.log")"
+  for tool in memcheck racecheck; do
+    t0=$SECONDS
+    extra=(); [ $tool = memcheck ] && extra=(--leak-check full)
+    timeout 300 compute-sanitizer --tool $tool "${extra[@]}" --error-exitcode 3 $BUILD/moenum_gpu_tests \
+      --gtest_filter="$SANITIZE_FILTER" >"$OUT/sanitizer-$tool.log" 2>&1
+    rc=$?
+    summary=$(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer-$tool.log")
+    [ $rc -eq 0 ] && note $tool ok "$((SECONDS - t0)) s; $summary" || note $tool FAILED "rc $rc; $summary"
+  done
 fi
 
 # ---- the Python package: needed by the scenarios, verify, external, nightly and scale stages -------
@@ -101,7 +107,7 @@ fi
 if want scenarios && [ -d /tmp/moenum-py/moenum ]; then
   t0=$SECONDS
   OMP_NUM_THREADS=2 PYTHONPATH=/tmp/moenum-py timeout 400 python3 -m moenum run -j 8 scenarios/smoke.yaml scenarios/padding.yaml \
-    scenarios/ep.yaml scenarios/mxfp8.yaml -o /tmp/moenum-results \
+    scenarios/ep.yaml scenarios/mxfp8.yaml scenarios/special.yaml scenarios/regimes.yaml -o /tmp/moenum-results \
     --backends golden,reference,cpu.eigen,gpu.grouped,gpu.multistream >"$OUT/scenarios.log" 2>&1
   rc=$?
   gpu_disp=$(grep -oE '^ +gpu\.[a-z]+ +(passed|failed|error|not_verified|not_run|not_supported)' "$OUT/scenarios.log" | awk '{print $1"="$2}' | sort | uniq -c | tr -s ' ' | tr '\n' ' ')

@@ -17,5 +17,36 @@ fi
 export PATH="$PWD/.venv/bin:$PATH"
 echo "== ctest (GoogleTest) =="
 ctest --test-dir build/py --output-on-failure -j "$(nproc)"
+
+# ---- sanitizers: the GoogleTests under AddressSanitizer + UndefinedBehaviorSanitizer -----------
+# A separate build tree (build/asan: CUDA and Python off, MOENUM_SANITIZE=ON); any report fails.
+# MOENUM_SKIP_SANITIZE=1 skips it (a quick local run), never in CI.
+if [ "${MOENUM_SKIP_SANITIZE:-0}" != 1 ]; then
+  echo "== ctest under ASan+UBSan (build/asan) =="
+  t0=$SECONDS
+  cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOENUM_SANITIZE=ON -DMOENUM_BUILD_TESTS=ON \
+    -DMOENUM_PYTHON=OFF -DMOENUM_CUDA=OFF >/dev/null
+  cmake --build build/asan
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir build/asan --output-on-failure -j "$(nproc)"
+  echo "asan+ubsan: $((SECONDS - t0)) s"
+fi
+# ---- end of sanitizers --------------------------------------------------------------------------
+
 echo "== pytest =="
 .venv/bin/python -m pytest -q "$@"
+
+# ---- fuzzing: the scenario loader and the results reader under atheris, bounded --------------
+# MOENUM_FUZZ_SECONDS per target (default 30); findings land in build/fuzz/ and fail the step.
+if [ "${MOENUM_FUZZ_SECONDS:-30}" != 0 ]; then
+  echo "== fuzz (atheris, ${MOENUM_FUZZ_SECONDS:-30} s per target) =="
+  .venv/bin/python -c "import atheris" 2>/dev/null || .venv/bin/python -m pip install -q -r requirements-fuzz.txt
+  mkdir -p build/fuzz
+  for target in scenario results; do
+    .venv/bin/python tests/fuzz/fuzz.py "$target" -max_total_time="${MOENUM_FUZZ_SECONDS:-30}" \
+      -artifact_prefix=build/fuzz/"$target"- -print_final_stats=1 2>build/fuzz/"$target".log \
+      || { tail -40 build/fuzz/"$target".log; echo "fuzz: $target found a failure (build/fuzz/)"; exit 1; }
+    grep -E '^stat::number_of_executed_units' build/fuzz/"$target".log | sed "s/^/fuzz $target: /"
+  done
+fi
+# ---- end of fuzzing ------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['BackendTraits', 'CLASSES', 'ConfigError', 'DISPOSITIONS', 'DispatchConfig', 'GEMMS', 'InputRegime', 'InternalError', 'ModelConfig', 'OutputConfig', 'Prepared', 'RecipeConfig', 'RoutingConfig', 'STAGES', 'Scenario', 'SkewConfig', 'accumulator_interval', 'backend_availability', 'backend_names', 'backend_traits', 'backends', 'bitwise_diff', 'built_with_cuda', 'check_stages', 'count_nonfinite', 'e8m0_from_amax', 'e8m0_from_f32_rceil', 'e8m0_inv_scale', 'e8m0_to_f32', 'error_stats', 'exact_gemm_nt', 'fp8_decode', 'fp8_encode', 'gamma', 'gpu_description', 'grid_step', 'mx_dequantize', 'mx_quantize', 'prepare', 'round_to', 'run_backend', 'ulp_distance']
+__all__: list[str] = ['BackendTraits', 'CLASSES', 'ConfigError', 'DISPOSITIONS', 'DispatchConfig', 'GEMMS', 'InputRegime', 'InternalError', 'ModelConfig', 'OutputConfig', 'Prepared', 'RecipeConfig', 'RoutingConfig', 'STAGES', 'Scenario', 'SkewConfig', 'SpecialValues', 'accumulator_interval', 'backend_availability', 'backend_names', 'backend_traits', 'backends', 'bitwise_diff', 'built_with_cuda', 'check_stages', 'count_nonfinite', 'e8m0_from_amax', 'e8m0_from_f32_rceil', 'e8m0_inv_scale', 'e8m0_to_f32', 'error_stats', 'exact_gemm_nt', 'fp8_decode', 'fp8_encode', 'gamma', 'gpu_description', 'grid_step', 'mx_dequantize', 'mx_quantize', 'prepare', 'round_to', 'run_backend', 'ulp_distance']
 class ConfigError(ValueError):
     key: typing.ClassVar[str] = ''
     message: typing.ClassVar[str] = ''
@@ -115,12 +115,54 @@ class DispatchConfig:
 class RecipeConfig:
     bias_mode: str
     grad_format: str
+    inv_scale: str
     name: str
     scale_rounding: str
     def __init__(self) -> None:
         ...
+class SpecialValues:
+    def __init__(self) -> None:
+        ...
+    @property
+    def huge(self) -> float:
+        ...
+    @huge.setter
+    def huge(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def inf(self) -> float:
+        ...
+    @inf.setter
+    def inf(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def nan(self) -> float:
+        ...
+    @nan.setter
+    def nan(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def subnormal(self) -> float:
+        ...
+    @subnormal.setter
+    def subnormal(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def value(self) -> float:
+        ...
+    @value.setter
+    def value(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def value_fraction(self) -> float:
+        ...
+    @value_fraction.setter
+    def value_fraction(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
 class InputRegime:
     dist: str
+    regime: str
+    special: SpecialValues
     def __init__(self) -> None:
         ...
     @property
@@ -256,17 +298,12 @@ def bitwise_diff(a: typing.Any, b: typing.Any) -> tuple[bool, int, int]:
     """
     (same_shape, differing elements, first differing flat index or -1), bitwise.h
     """
-def check_stages(backend: str, prepared: ..., tensors: dict, sample: typing.Any = None, probes: collections.abc.Sequence[tuple[str, collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]]] = [], elementwise: str = 'bitwise') -> dict:
+def check_stages(backend: str, prepared: ..., tensors: dict, sample: typing.Any = None, probes: collections.abc.Sequence[tuple[str, collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]]] = []) -> dict:
     """
     Teacher-forced stage checks of one backend's tensors ({name: (array, dtype)}): {reports: one per
     applicable stage of STAGES (status, class counts, per-expert counts and ULPs, first failure,
     probes), passed, detail (the verdict)}. sample: None/'all', 'auto' or elements
-    per (stage, expert) for the GEMM stages. elementwise: 'bitwise' (moenum's own functions) or 'interval'
-    (act, a, out, dh of code that does not share them: core/verify/elementwise_interval.h).
-    """
-def count_nonfinite(a: typing.Any) -> int:
-    """
-    Elements of a that are NaN or +-inf
+    per (stage, expert) for the GEMM stages.
     """
 def count_nonfinite(a: typing.Any) -> int:
     """
@@ -280,9 +317,9 @@ def e8m0_from_f32_rceil(s: typing.Annotated[numpy.typing.ArrayLike, numpy.float3
     """
     float32 -> E8M0 rounding up (the cvt.rp.satfinite.ue8m0x2.f32 rule)
     """
-def e8m0_inv_scale(codes: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], rule: str = 'spec') -> numpy.typing.NDArray[numpy.float32]:
+def e8m0_inv_scale(codes: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], rule: str = 'te_kernel') -> numpy.typing.NDArray[numpy.float32]:
     """
-    E8M0 code -> the 2^(127-code) the quantizer multiplies by
+    E8M0 code -> the inverse scale the quantizer multiplies by (rule te_kernel or spec)
     """
 def e8m0_to_f32(codes: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8]) -> numpy.typing.NDArray[numpy.float32]:
     """
@@ -323,11 +360,12 @@ def mx_dequantize(codes: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], 
     """
     codes * 2^(scale-127) as float32, exact (inf past the fp32 range)
     """
-def mx_quantize(x: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], fmt: str = 'e4m3', scale_rounding: str = 'rceil', columnwise: bool = False, inv_scale: str = 'spec') -> tuple:
+def mx_quantize(x: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], fmt: str = 'e4m3', scale_rounding: str = 'rceil', columnwise: bool = False, inv_scale: str = 'te_kernel') -> tuple:
     """
     MXFP8-quantize a C-contiguous 2-D float32 array, blocks of 32 along the last axis (or down the
-    columns when columnwise). Returns (codes uint8 like x, scales uint8 E8M0). inv_scale='te_kernel'
-    models TransformerEngine's kernel edge cases (see e8m0.h); 'spec' is numerics.md.
+    columns when columnwise). Returns (codes uint8 like x, scales uint8 E8M0). inv_scale: 'te_kernel'
+    (the default: TransformerEngine's kernel rule, 1.0 for code 0, +0.0 for 0xFE) or 'spec' (2^(127-code)
+    exactly); see e8m0.h.
     """
 def prepare(scenario: Scenario) -> Prepared:
     """

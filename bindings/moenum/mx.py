@@ -1,11 +1,16 @@
 """MXFP8 block quantization, bit for bit as numerics.md section 5 (the C++ rules in core/include/moenum/mx.h).
 
-    codes, scales = moenum.mx.quantize(x, fmt="e4m3", axis=-1, scale_rounding="rceil")
+    codes, scales = moenum.mx.quantize(x, fmt="e4m3", axis=-1, scale_rounding="rceil", inv_scale="te_kernel")
     x2 = moenum.mx.dequantize(codes, scales, fmt="e4m3", axis=-1)
 
 Every 32 consecutive elements along ``axis`` share one E8M0 scale (uint8, value 2^(code-127)); the
-elements become FP8 codes (uint8, E4M3 or E5M2). Scales keep the plain layout: the shape of ``x`` with
-``axis`` divided by 32.
+elements become FP8 codes (uint8, E4M3 or E5M2) of ``x`` times the block's inverse scale. Scales keep
+the plain layout: the shape of ``x`` with ``axis`` divided by 32.
+
+``inv_scale`` picks that inverse scale (the scenario key recipe.inv_scale): ``te_kernel``, the default,
+is TransformerEngine's kernel rule (``exp2f_rcp``: 1.0 for code 0, +0.0 for code 0xFE), so a block with
+0 < amax <= fmt_max * 2^-127 quantizes to zeros and a block holding +-inf to NaN (the infs) and zeros;
+``spec`` is 2^(127-code) exactly (2^127 for code 0, 2^-127 for 0xFE: +-inf -> +-fmt_max).
 """
 from __future__ import annotations
 
@@ -13,11 +18,12 @@ import numpy as np
 
 from . import _core
 
-__all__ = ["quantize", "dequantize", "FORMATS", "SCALE_ROUNDINGS", "BLOCK", "FMT_MAX"]
+__all__ = ["quantize", "dequantize", "FORMATS", "SCALE_ROUNDINGS", "INV_SCALES", "BLOCK", "FMT_MAX"]
 
 BLOCK = 32
 FORMATS = ("e4m3", "e5m2")
 SCALE_ROUNDINGS = ("rceil", "floor")
+INV_SCALES = ("te_kernel", "spec")  # the first is the default
 FMT_MAX = {"e4m3": 448.0, "e5m2": 57344.0}
 
 
@@ -45,8 +51,10 @@ def _restore(a2: np.ndarray, moved_shape: tuple[int, ...], axis: int) -> np.ndar
     return np.ascontiguousarray(np.moveaxis(a2.reshape(moved_shape), -1, axis))
 
 
-def quantize(x, fmt: str = "e4m3", axis: int = -1, scale_rounding: str = "rceil") -> tuple[np.ndarray, np.ndarray]:
-    """MXFP8-quantize ``x`` in blocks of 32 along ``axis``.
+def quantize(x, fmt: str = "e4m3", axis: int = -1, scale_rounding: str = "rceil",
+             inv_scale: str = "te_kernel") -> tuple[np.ndarray, np.ndarray]:
+    """MXFP8-quantize ``x`` in blocks of 32 along ``axis``, elements multiplied by the ``inv_scale``
+    rule's inverse of the block scale (module docstring).
 
     ``x`` is float32 (dtypes that convert to float32 exactly, such as float16 or bfloat16, are accepted;
     float64 is refused rather than silently rounded). Its length along ``axis`` must be a multiple of 32.
@@ -56,6 +64,8 @@ def quantize(x, fmt: str = "e4m3", axis: int = -1, scale_rounding: str = "rceil"
     _check_fmt(fmt)
     if scale_rounding not in SCALE_ROUNDINGS:
         raise ValueError(f"unknown scale_rounding {scale_rounding!r}: expected one of {SCALE_ROUNDINGS}")
+    if inv_scale not in INV_SCALES:
+        raise ValueError(f"unknown inv_scale {inv_scale!r}: expected one of {INV_SCALES}")
     x = np.asarray(x)
     if x.dtype != np.float32:
         if not np.can_cast(x.dtype, np.float32, casting="safe"):
@@ -68,7 +78,7 @@ def quantize(x, fmt: str = "e4m3", axis: int = -1, scale_rounding: str = "rceil"
         raise ValueError(f"MXFP8 blocks are {BLOCK} elements along axis {axis}, but x has length {n} there "
                          f"(shape {x.shape}): the length must be a multiple of {BLOCK}")
     x2, moved = _as_2d_last(x, ax)
-    codes2, scales2 = _core.mx_quantize(x2, fmt, scale_rounding)
+    codes2, scales2 = _core.mx_quantize(x2, fmt, scale_rounding, inv_scale=inv_scale)
     codes = _restore(codes2, moved, ax)
     scales = _restore(scales2, moved[:-1] + (n // BLOCK,), ax)
     return codes, scales

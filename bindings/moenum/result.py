@@ -56,15 +56,21 @@ class RunResult:
             return yaml.safe_load(f.attrs["scenario_yaml"])
 
 
+# What h5py, numpy and yaml raise on a file that opens but is damaged or not laid out as moenum writes.
+_DAMAGED_FILE_ERRORS = (KeyError, ValueError, TypeError, IndexError, AttributeError, OSError, RuntimeError,
+                        yaml.YAMLError)
+
+
 def open_results(path) -> RunResult:
     """Read a results file back into the same object `moenum.run` returns. A file that is not one
-    (a foreign HDF5 file, a missing group or attribute, a damaged dataset) is bad input naming it."""
+    (a foreign HDF5 file, a missing group or attribute, a damaged dataset) is bad input naming it,
+    never a traceback."""
     from .errors import ScenarioError
     try:
         return _read_results(path)
-    except (KeyError, ValueError, TypeError, OSError, yaml.YAMLError) as e:
-        if isinstance(e, ScenarioError):
-            raise
+    except ScenarioError:
+        raise
+    except _DAMAGED_FILE_ERRORS as e:
         reason = str(e.args[0] if e.args else e).strip() or type(e).__name__
         raise ScenarioError(f"not a readable moenum results file ({reason})", str(path)) from None
 

@@ -20,7 +20,7 @@ COMPRESSION = {"compression": "gzip", "compression_opts": 1, "shuffle": True}
 PLAIN_DTYPES = ("fp32", "fp64")
 STRING_COLUMNS = {"backend": 64, "other": 64, "tensor": 32, "disposition": 16}
 INT_COLUMNS = {"expert", "n", "ulp_le0", "ulp_le1", "ulp_le2", "ulp_gt2", "bitwise_equal",
-               "bound_violations"}
+               "bound_violations", "nonfinite", "nonfinite_mismatch"}
 
 
 def result_path(out_dir, scenario_name: str) -> Path:
@@ -163,11 +163,16 @@ def _open(path):
         raise ScenarioError("no such results file", str(path)) from None
     except OSError as e:
         raise ScenarioError(f"not a readable HDF5 results file ({e})", str(path)) from None
-    if "schema_version" not in f.attrs or "tables" not in f:
+    try:  # a damaged file can open and then fail on any look-up (h5py KeyError, RuntimeError, ...)
+        moenum_file = "schema_version" in f.attrs and "tables" in f
+        version = int(f.attrs["schema_version"]) if moenum_file else 0
+    except (KeyError, ValueError, TypeError, OSError, RuntimeError) as e:
+        f.close()
+        raise ScenarioError(f"not a readable moenum results file ({type(e).__name__}: {e})", str(path)) from None
+    if not moenum_file:
         f.close()
         raise ScenarioError("not a moenum results file (no schema_version or /tables)", str(path))
-    if int(f.attrs["schema_version"]) > SCHEMA_VERSION:
-        version = int(f.attrs["schema_version"])
+    if version > SCHEMA_VERSION:
         f.close()
         raise ScenarioError(f"schema_version {version} is newer than this moenum reads ({SCHEMA_VERSION})",
                             str(path))

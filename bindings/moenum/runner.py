@@ -13,8 +13,8 @@ from .ranks import partial_experts, results_attributes
 from .result import RunResult
 from .results_io import result_path, table_to_records, write_results
 from .scenario import Scenario, load_scenarios, to_core
-from .verify import (error_table, expected_shapes, fill_bound_violations, output_checks, recipe_error_check,
-                     stage_checks, stage_table, weights_layout_check)
+from .verify import (error_table, expected_shapes, fill_bound_violations, nonfinite_expected, output_checks,
+                     recipe_error_check, stage_checks, stage_table, weights_layout_check)
 
 UNCHECKED = "no check verified it"
 
@@ -118,7 +118,7 @@ def run(scenario, out="results", backends: list[str] | None = None, inject=None)
         r = _run_backend(name, core_sc, prepared, sc, keep_stages(name))
         results[name] = r
         if ran_ok(r["disposition"]):
-            c = output_checks(name, r, shapes)
+            c = output_checks(name, r, shapes, nonfinite_expected(cfg))
             checks.update(c)
             if not all(ok for ok, _ in c.values()):
                 r["disposition"], r["reason"] = FAILED, next(d for ok, d in c.values() if not ok)
@@ -147,7 +147,7 @@ def run(scenario, out="results", backends: list[str] | None = None, inject=None)
     # never verify one.
     for name in names:
         if name != "golden" and ran_ok(results[name]["disposition"]):
-            c = recipe_error_check(name, cfg["recipe"]["name"], table)
+            c = recipe_error_check(name, cfg["recipe"]["name"], table, nonfinite_expected(cfg))
             checks.update(c)
             failed = [d for ok, d in c.values() if not ok]
             if failed:

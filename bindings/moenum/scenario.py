@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,8 @@ from typing import Any
 import yaml
 
 from .errors import ScenarioError
-from .scenario_schema import (INPUT_REGIME, INPUT_TENSORS, MX_BLOCK, RECIPE_ALIGN, SCHEMA, Key)
+from .scenario_schema import (INPUT_REGIME, INPUT_TENSORS, MX_BLOCK, RECIPE_ALIGN, SCHEMA, SPECIAL_FRACTIONS,
+                              Key)
 
 
 @dataclass
@@ -89,13 +91,29 @@ def _type_name(kind) -> str:
     return " or ".join(names.get(k, k.__name__) for k in kinds)
 
 
+def _looks_like_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def _check_leaf(spec: Key, value, key: str, err) -> Any:
     kinds = spec.kind if isinstance(spec.kind, tuple) else (spec.kind,)
     ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
     if not ok:
-        raise err(key, f"must be {_type_name(spec.kind)}, got {type(value).__name__} {value!r}")
+        hint = ""
+        if float in kinds and isinstance(value, str) and _looks_like_number(value):
+            # YAML 1.1 (PyYAML) reads 1e39 as a string: a float needs a dot and a signed exponent
+            hint = (f" (YAML reads {value} as text: write it with a dot and a signed exponent, "
+                    f"e.g. {float(value):.1e})")
+        raise err(key, f"must be {_type_name(spec.kind)}, got {type(value).__name__} {value!r}{hint}")
     if float in kinds and isinstance(value, int):
         value = float(value)
+    if isinstance(value, float) and not math.isfinite(value) and not spec.nonfinite:
+        raise err(key, f"must be a finite number, got {value} (special values as inputs: "
+                       "inputs.<tensor>.regime: special)")
     if spec.choices and value not in spec.choices:
         raise err(key, f"'{value}' is not one of: {', '.join(spec.choices)}")
     if spec.check:
@@ -197,7 +215,17 @@ def _validate_inputs(data, err) -> dict:
     for tensor, regime in data.items():
         if tensor not in INPUT_TENSORS:
             raise err(f"inputs.{tensor}", f"unknown input tensor (known: {', '.join(INPUT_TENSORS)})")
-        out[tensor] = _apply_schema(INPUT_REGIME, regime, f"inputs.{tensor}", err)
+        key = f"inputs.{tensor}"
+        reg = _apply_schema(INPUT_REGIME, regime, key, err)
+        given = regime or {}
+        if "special" in given and reg["regime"] != "special":
+            raise err(f"{key}.special", f"applies to regime: special only (regime here: {reg['regime']})")
+        if reg["regime"] == "uniform" and given.get("dist", "uniform") != "uniform":
+            raise err(f"{key}.dist", "regime uniform draws uniformly: leave dist out, or use regime normal")
+        total = sum(reg["special"][f] for f in SPECIAL_FRACTIONS)
+        if total > 1.0:
+            raise err(f"{key}.special", f"the fractions add up to {total:g}, more than 1")
+        out[tensor] = reg
     return out
 
 
@@ -347,7 +375,7 @@ def to_core(sc: Scenario):
     d.ranks = c["dispatch"]["ranks"] or []
     core.dispatch = d
     r = core.recipe
-    for key in ("name", "scale_rounding", "grad_format", "bias_mode"):
+    for key in ("name", "scale_rounding", "grad_format", "bias_mode", "inv_scale"):
         setattr(r, key, c["recipe"][key])
     core.recipe = r
     core.weights = c["weights"]
@@ -357,8 +385,12 @@ def to_core(sc: Scenario):
     regimes = {}
     for tensor, reg in c["inputs"].items():
         ir = _core.InputRegime()
-        ir.dist, ir.scale = reg["dist"], reg["scale"]
+        ir.regime, ir.dist, ir.scale = reg["regime"], reg["dist"], reg["scale"]
         ir.outlier_fraction, ir.outlier_scale = reg["outliers"]["fraction"], reg["outliers"]["scale"]
+        sp = ir.special
+        for key, value in reg["special"].items():
+            setattr(sp, key, value)
+        ir.special = sp
         regimes[tensor] = ir
     core.inputs = regimes
     return core

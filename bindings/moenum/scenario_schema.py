@@ -14,13 +14,15 @@ INPUT_TENSORS = ("x", "w1", "b1", "w2", "b2", "dy")
 
 @dataclass(frozen=True)
 class Key:
-    """One leaf key: a type, a default, and an optional check returning an error text or None."""
+    """One leaf key: a type, a default, and an optional check returning an error text or None.
+    Numbers must be finite (YAML .nan / .inf are refused) unless nonfinite is set."""
     kind: type | tuple
     default: Any = None
     required: bool = False
     choices: tuple = ()
     check: Callable[[Any], str | None] | None = None
     doc: str = ""
+    nonfinite: bool = False
 
 
 def at_least(lo):
@@ -107,6 +109,9 @@ SCHEMA: dict[str, Any] = {
         "scale_rounding": Key(str, "rceil", choices=("rceil", "floor")),
         "grad_format": Key(str, "e4m3", choices=("e4m3", "e5m2")),
         "bias_mode": Key(str, "separate", choices=("separate", "epilogue")),
+        # MXFP8 inverse scale (numerics.md §5): te_kernel, TransformerEngine's kernel rule (1.0 for code
+        # 0, +0.0 for 0xFE), or spec (2^(127-code) exactly); moenum.mx.quantize(inv_scale=...)
+        "inv_scale": Key(str, "te_kernel", choices=("te_kernel", "spec")),
     },
     "weights": Key(str, "single", choices=("single", "discrete")),
     # registered backends (moenum._core.backend_names()) and external ones (moenum.external): torch.loop,
@@ -134,14 +139,30 @@ SCHEMA: dict[str, Any] = {
     },
 }
 
+# inputs.<tensor> (core/include/moenum/scenario.h InputRegime, drawn in core/src/problem.cpp):
+#   normal, uniform  dist (regime uniform: uniform) times the tensor's default std times scale
+#   subnormal        dist * 2^-130 * scale: bf16/fp32 subnormals        near_overflow  dist * 2^124 * scale
+#   special          as normal, with the fractions of `special` replaced by special values
+INPUT_REGIMES = ("normal", "uniform", "subnormal", "near_overflow", "special")
 INPUT_REGIME: dict[str, Any] = {
+    "regime": Key(str, "normal", choices=INPUT_REGIMES),
     "dist": Key(str, "normal", choices=("normal", "uniform")),
     "scale": Key(NUM, 1.0, check=positive),
     "outliers": {
         "fraction": Key(NUM, 0.0, check=in_range(0, 1)),
         "scale": Key(NUM, 1.0, check=positive),
     },
+    # regime special only; each fraction of the elements, independently; their sum at most 1
+    "special": {
+        "nan": Key(NUM, 0.001, check=in_range(0, 1)),
+        "inf": Key(NUM, 0.001, check=in_range(0, 1)),        # +inf or -inf, even odds
+        "subnormal": Key(NUM, 0.01, check=in_range(0, 1)),   # +-k * 2^-133, 1 <= k < 128
+        "huge": Key(NUM, 0.001, check=in_range(0, 1)),       # +-[2^127, 1.99 * 2^127], finite
+        "value": Key(NUM, 0.0, nonfinite=True),              # a stated value (.nan, -.inf, 3.0e38) ...
+        "value_fraction": Key(NUM, 0.0, check=in_range(0, 1)),  # ... at this fraction
+    },
 }
+SPECIAL_FRACTIONS = ("nan", "inf", "subnormal", "huge", "value_fraction")
 
 # Default alignment per recipe when padding is asked for (numerics.md §3).
 RECIPE_ALIGN = {"mxfp8": 32}

@@ -2,6 +2,7 @@
 
 #include "device.h"
 #include "moenum/error.h"
+#include "moenum/mx_names.h"
 
 namespace moenum::gpu {
 
@@ -31,6 +32,9 @@ MxRecipe mx_recipe(const Scenario& sc, const DispatchPlan& plan) {
   if (r.scale_rounding == "rceil") mx.rounding = ScaleRounding::Rceil;
   else if (r.scale_rounding == "floor") mx.rounding = ScaleRounding::Floor;
   else err("recipe.scale_rounding", "unknown scale rounding '" + r.scale_rounding + "' (rceil or floor)");
+  const auto inv = inv_scale_rule_from_name(r.inv_scale);
+  if (!inv) err("recipe.inv_scale", "unknown inverse scale rule '" + r.inv_scale + "' (te_kernel or spec)");
+  mx.inv_scale = *inv;
   if (sc.model.hidden % kMxBlock)
     err("model.hidden", "hidden (" + std::to_string(sc.model.hidden) + ") must be a multiple of 32 for mxfp8");
   if (sc.model.ffn % kMxBlock)

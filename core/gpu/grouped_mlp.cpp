@@ -166,7 +166,7 @@ void GroupedMlp::mx_quantize(MxTensor& t, const std::vector<const uint16_t*>& sr
     // rowwise scales [rows, cols/32] and columnwise [rows/32, cols] both start at element offset/32
     uint8_t *qr = t.q_row.get() + b * n, *qc = t.q_col.get() + b * n;
     uint8_t *sr = t.s_row.get() + b * n / kMxBlock, *sc = t.s_col.get() + b * n / kMxBlock;
-    launch_mx_quantize_bf16(src[b], rb, t.cols, t.fmt, opt_.mx.rounding, qr, sr, qc, sc, s);
+    launch_mx_quantize_bf16(src[b], rb, t.cols, t.fmt, opt_.mx.rounding, opt_.mx.inv_scale, qr, sr, qc, sc, s);
     launch_mx_dequantize_bf16(qr, sr, rb, t.cols, t.fmt, false, t.d_row[b].get(), mx_inexact_.get(), s);
     launch_mx_dequantize_bf16(qc, sc, rb, t.cols, t.fmt, true, t.d_col[b].get(), mx_inexact_.get(), s);
   }

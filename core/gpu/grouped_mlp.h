@@ -30,7 +30,8 @@ FlatPlan flatten_plan(const Routing& routing, const DispatchPlan& plan, int64_t 
 // in bf16 on the EXACT dequantized MXFP8 values of its operands, each quantized on the GPU from its
 // bf16 tensor by the shared per-block rules (mx.h through kernels/mx_quantize.cu), in TE's directions
 // (reference/mxfp8_policy.h has the table): x, a, w1, w2 E4M3; dy and dh (operand A of the dgrad and
-// wgrad GEMMs) `grad`; scales rounded by `rounding`.
+// wgrad GEMMs) `grad`; scales rounded by `rounding`, elements multiplied by the inverse scale of
+// `inv_scale` (recipe.inv_scale).
 //
 // Why bf16 holds the dequantized values exactly (so the GEMM sees the same operands as the reference,
 // which dequantizes to fp32): v = fp8(q) * 2^(c-127) has at most 4 significant bits (E4M3; 3 for
@@ -48,6 +49,7 @@ struct MxRecipe {
   bool on = false;
   Fp8Format grad = Fp8Format::E4M3;
   ScaleRounding rounding = ScaleRounding::Rceil;
+  InvScaleRule inv_scale = kDefaultInvScale;
 };
 
 // One MXFP8-quantized source tensor, both directions from one pass, in the natural 2-D layout

@@ -4,6 +4,8 @@
 #include "moenum/problem.h"
 
 #include <cmath>
+#include <limits>
+#include <optional>
 
 #include "moenum/bf16.h"
 #include "moenum/det_math.h"
@@ -14,6 +16,17 @@ namespace {
 
 // Standard normal from two counter-based uniforms (Box-Muller, cosine branch), with the deterministic
 // log/cos of det_math.h so that every machine draws the same bits.
+// double -> fp32 rounded to nearest; beyond the fp32 range +-inf (a plain cast would be undefined
+// behaviour there), NaN stays NaN.
+float to_f32(double v) {
+  constexpr double kMax = std::numeric_limits<float>::max();
+  // the largest double that still rounds to FLT_MAX: halfway to 2^128
+  constexpr double kRoundsToMax = kMax + 0x1p103;
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  if (std::fabs(v) >= kRoundsToMax) return v > 0 ? kInf : -kInf;
+  return static_cast<float>(v);
+}
+
 double normal_at(uint64_t seed, uint64_t stream, uint64_t i) {
   double u1 = rng::uniform(seed, stream, 2 * i);
   double u2 = rng::uniform(seed, stream, 2 * i + 1);
@@ -25,17 +38,41 @@ InputRegime regime_for(const Scenario& sc, const std::string& name) {
   return it == sc.inputs.end() ? InputRegime{} : it->second;
 }
 
+// The std of a regime's draws: the banded regimes replace the tensor's default std by their band.
+double regime_std(const InputRegime& reg, double default_std) {
+  if (reg.regime == "subnormal") return 0x1p-130 * reg.scale;
+  if (reg.regime == "near_overflow") return 0x1p124 * reg.scale;
+  return default_std * reg.scale;
+}
+
+// Regime special: the element's replacement, or nullopt to keep the drawn value. One uniform draw
+// picks the category (the fractions stacked in a fixed order), a second one its sign and magnitude.
+std::optional<double> special_value(const SpecialValues& sp, uint64_t seed, uint64_t stream, uint64_t i) {
+  double u = rng::uniform(seed, rng::kSpecial * 64 + stream, 2 * i);
+  const double w = rng::uniform(seed, rng::kSpecial * 64 + stream, 2 * i + 1);
+  const double sign = w < 0.5 ? -1.0 : 1.0;
+  const double m = w < 0.5 ? 2.0 * w : 2.0 * w - 1.0;  // [0, 1), independent of the sign
+  if ((u -= sp.nan) < 0) return std::numeric_limits<double>::quiet_NaN();
+  if ((u -= sp.inf) < 0) return sign * std::numeric_limits<double>::infinity();
+  if ((u -= sp.subnormal) < 0) return sign * std::ldexp(1.0 + std::floor(m * 127.0), -133);
+  if ((u -= sp.huge) < 0) return sign * std::ldexp(1.0 + 0.99 * m, 127);  // rounds to bf16 below 2^128
+  if ((u -= sp.value_fraction) < 0) return sp.value;
+  return std::nullopt;
+}
+
 Tensor draw(const Scenario& sc, const std::string& name, uint64_t stream, std::vector<int64_t> shape,
             double default_std) {
   Tensor t(std::move(shape), "bf16");
   const std::span<float> out = t.f32();
   const InputRegime reg = regime_for(sc, name);
-  const double std_dev = default_std * reg.scale;
+  const double std_dev = regime_std(reg, default_std);
+  const bool uniform = reg.regime == "uniform" || reg.dist == "uniform";
+  const bool special = reg.regime == "special";
   const int64_t n = t.size();
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     double v;
-    if (reg.dist == "uniform") {  // same std as the normal: U(-sqrt(3), sqrt(3))
+    if (uniform) {  // same std as the normal: U(-sqrt(3), sqrt(3))
       v = (2.0 * rng::uniform(sc.seed, stream, i) - 1.0) * std::sqrt(3.0);
     } else {
       v = normal_at(sc.seed, stream, i);
@@ -44,7 +81,11 @@ Tensor draw(const Scenario& sc, const std::string& name, uint64_t stream, std::v
     if (reg.outlier_fraction > 0.0 &&
         rng::uniform(sc.seed, rng::kOutliers * 64 + stream, i) < reg.outlier_fraction)
       v *= reg.outlier_scale;
-    out[i] = round_bf16(static_cast<float>(v));
+    if (special)
+      if (const auto sv = special_value(reg.special, sc.seed, stream, uint64_t(i))) v = *sv;
+    // double -> float: the draws stay far inside the fp32 range, except stated values and scaled
+    // bands, which round (overflow to +-inf) as IEEE says; then one rounding to bf16.
+    out[i] = round_bf16(to_f32(v));
   }
   return t;
 }

@@ -3,6 +3,9 @@
 #include "moenum/scenario.h"
 
 #include <algorithm>
+#include <cmath>
+#include <set>
+#include <utility>
 
 #include "moenum/error.h"
 
@@ -10,6 +13,24 @@ namespace moenum {
 namespace {
 void require(bool ok, const Scenario& sc, const std::string& key, const std::string& what) {
   if (!ok) throw ConfigError(key, what, sc.name);
+}
+
+bool is_fraction(double f) { return f >= 0.0 && f <= 1.0; }  // false for NaN
+
+void validate_regime(const Scenario& sc, const std::string& key, const InputRegime& r) {
+  static const std::set<std::string> kRegimes = {"normal", "uniform", "subnormal", "near_overflow", "special"};
+  require(kRegimes.count(r.regime) > 0, sc, key + ".regime",
+          "unknown regime '" + r.regime + "' (normal, uniform, subnormal, near_overflow or special)");
+  require(r.dist == "normal" || r.dist == "uniform", sc, key + ".dist", "unknown dist '" + r.dist + "'");
+  require(std::isfinite(r.scale) && r.scale > 0, sc, key + ".scale", "must be a finite number > 0");
+  require(is_fraction(r.outlier_fraction), sc, key + ".outliers.fraction", "must be in [0, 1]");
+  require(std::isfinite(r.outlier_scale) && r.outlier_scale > 0, sc, key + ".outliers.scale",
+          "must be a finite number > 0");
+  const SpecialValues& sp = r.special;
+  for (const auto& [name, f] : {std::pair{"nan", sp.nan}, {"inf", sp.inf}, {"subnormal", sp.subnormal},
+                                {"huge", sp.huge}, {"value_fraction", sp.value_fraction}})
+    require(is_fraction(f), sc, key + ".special." + name, "must be in [0, 1]");
+  require(sp.total() <= 1.0, sc, key + ".special", "the fractions add up to more than 1");
 }
 }  // namespace
 
@@ -29,6 +50,7 @@ void validate(const Scenario& sc) {
   require(sc.dispatch.padding == "none" || sc.dispatch.align > 0, sc, "dispatch.align",
           "padding '" + sc.dispatch.padding + "' needs align > 0");
   simulated_ranks(sc);
+  for (const auto& [tensor, reg] : sc.inputs) validate_regime(sc, "inputs." + tensor, reg);
 }
 
 std::vector<bool> simulated_ranks(const Scenario& sc) {

@@ -50,16 +50,31 @@ inline double floor_f32(double x) {
   return f;
 }
 
+// The fp32 values an accumulator may hold; nan_ok: NaN too (an overflow can meet an infinity of the
+// other sign in some summation order).
 struct Interval {
   double lo, hi;
+  bool nan_ok = false;
 };
 
 // Where an fp32 accumulator of K terms may land. The slack is widened by 1e-12 relative for the
-// fp64 arithmetic that evaluates it.
-inline Interval accumulator_interval(double c32, double absprod, int64_t K) {
+// fp64 arithmetic that evaluates it. Overflow: when the finite terms' magnitudes sum to the fp32 max
+// or more (finite_absprod; absprod when every term is finite), some order overflows, so
+//   - finite terms only (absprod finite): anywhere, +-inf and NaN included;
+//   - with non-finite terms (absprod inf): the IEEE result c32 (an infinity never vanishes), or NaN.
+// Without overflow, non-finite terms follow IEEE whatever the order: the interval is then NaN and
+// only the reference's own value passes.
+inline Interval accumulator_interval(double c32, double absprod, int64_t K, double finite_absprod) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  const bool can_overflow = finite_absprod >= std::numeric_limits<float>::max();
+  if (can_overflow && absprod < kInf) return {-kInf, kInf, true};
+  if (can_overflow && std::isinf(c32)) return {c32, c32, true};
   const double slack =
       (gamma(K) * absprod + half_ulp_f32(c32) + static_cast<double>(K) * kUnderflow32) * (1.0 + 1e-12);
   return {ceil_f32(c32 - slack), floor_f32(c32 + slack)};
+}
+inline Interval accumulator_interval(double c32, double absprod, int64_t K) {
+  return accumulator_interval(c32, absprod, K, absprod);
 }
 
 }  // namespace moenum::verify

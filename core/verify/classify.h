@@ -6,7 +6,8 @@
 //                     compared first: one wrong scale explains up to 32 wrong codes).
 //   tie_flip          neighbours on the stage's grid and the reference before its last rounding lies
 //                     exactly on their midpoint; in a bounded stage only inside the bound.
-//   within_bound      GEMM and reduction stages: inside the bound interval [lo, hi] (bounds.h).
+//   within_bound      GEMM and reduction stages: inside the bound interval [lo, hi] (bounds.h), or
+//                     NaN where the interval allows it (terms that can overflow fp32).
 //   bound_violation   anything else; for a bit-exact stage the bound is zero, so every difference
 //                     that is not a tie flip.
 //
@@ -44,7 +45,9 @@ inline bool is_tie_flip(double value, double ref, double pre, Grid g) {
 
 inline Class classify(double value, const Expected& x, Grid g) {
   if (same_bits(value, x.ref, g)) return Class::kBitwiseEqual;
-  if (x.bound && !(value >= x.bound->lo && value <= x.bound->hi)) return Class::kBoundViolation;
+  const bool nan_allowed = x.bound && x.bound->nan_ok && std::isnan(value);
+  if (x.bound && !nan_allowed && !(value >= x.bound->lo && value <= x.bound->hi))
+    return Class::kBoundViolation;  // NaN too, unless an overflow could make it
   if (is_tie_flip(value, x.ref, x.pre, g)) return Class::kTieFlip;
   return x.bound ? Class::kWithinBound : Class::kBoundViolation;
 }

@@ -25,25 +25,41 @@ UlpBuckets& UlpBuckets::operator+=(const UlpBuckets& o) {
 
 namespace {
 
-// Partial sums of one block of elements.
+// Partial sums of one block of elements. Non-finite values: a NaN against a NaN, or an infinity
+// against the same infinity, agree (difference 0, counted in `nonfinite`); a non-finite value against
+// anything else is a mismatch (counted, and the maxima become NaN or inf). Neither enters the sums, so
+// mean_abs, rel_fro and calc_diff describe the elements where both are finite.
 struct Partial {
-  int64_t n = 0, bitwise = 0;
+  int64_t n = 0, bitwise = 0, finite = 0, nonfinite = 0, nonfinite_mismatch = 0;
   bool nan_abs = false, nan_rel = false;  // a difference of a NaN and a number: the maximum is NaN
   double max_abs = 0, max_rel = 0, sum_abs = 0, sum_d2 = 0, sum_b2 = 0, sum_a2 = 0, sum_ab = 0;
   UlpBuckets ulps;
 
   void add(double a, double b, Grid g) {
     ++n;
-    const bool both_nan = std::isnan(a) && std::isnan(b);
-    const double diff = both_nan ? 0.0 : std::fabs(a - b);
     if (same_bits(a, b, Grid::kF64)) ++bitwise;  // as stored: sign of zero counts, NaNs are equal
-    if (std::isnan(diff)) nan_abs = true;
-    else max_abs = std::max(max_abs, diff);
-    if (b != 0.0) {
-      const double rel = diff / std::fabs(b);
-      if (std::isnan(rel)) nan_rel = true;
-      else max_rel = std::max(max_rel, rel);
+    if (!std::isfinite(a) || !std::isfinite(b)) {
+      if ((std::isnan(a) && std::isnan(b)) || a == b) {
+        ++nonfinite;
+        ulps.add(0.0, 0.0);
+        return;
+      }
+      ++nonfinite_mismatch;
+      const double diff = std::fabs(a - b);  // inf, or NaN when one is NaN
+      if (std::isnan(diff)) nan_abs = true;
+      else max_abs = std::max(max_abs, diff);
+      if (b != 0.0) {
+        const double rel = diff / std::fabs(b);
+        if (std::isnan(rel)) nan_rel = true;
+        else max_rel = std::max(max_rel, rel);
+      }
+      ulps.add(ulp_distance(a, b, g), diff);
+      return;
     }
+    ++finite;
+    const double diff = std::fabs(a - b);
+    max_abs = std::max(max_abs, diff);
+    if (b != 0.0) max_rel = std::max(max_rel, diff / std::fabs(b));
     sum_abs += diff;
     sum_d2 += (a - b) * (a - b);
     sum_a2 += a * a;
@@ -53,6 +69,7 @@ struct Partial {
   }
   void merge(const Partial& o) {
     n += o.n, bitwise += o.bitwise;
+    finite += o.finite, nonfinite += o.nonfinite, nonfinite_mismatch += o.nonfinite_mismatch;
     nan_abs |= o.nan_abs, nan_rel |= o.nan_rel;
     max_abs = std::max(max_abs, o.max_abs);
     max_rel = std::max(max_rel, o.max_rel);
@@ -67,13 +84,15 @@ ErrorStats finish(const Partial& p) {
   if (p.n == 0) return s;
   s.max_abs = p.nan_abs ? std::nan("") : p.max_abs;
   s.max_rel = p.nan_rel ? std::nan("") : p.max_rel;
-  s.mean_abs = p.sum_abs / double(p.n);
+  s.mean_abs = p.finite ? p.sum_abs / double(p.finite) : 0.0;
   const double norm_b = std::sqrt(p.sum_b2), norm_d = std::sqrt(p.sum_d2);
   s.rel_fro = norm_b > 0 ? norm_d / norm_b : norm_d;
   const double denom = p.sum_a2 + p.sum_b2;
   s.calc_diff = denom == 0.0 ? 0.0 : 1.0 - 2.0 * p.sum_ab / denom;
   s.ulps = p.ulps;
   s.bitwise_equal = p.bitwise;
+  s.nonfinite = p.nonfinite;
+  s.nonfinite_mismatch = p.nonfinite_mismatch;
   return s;
 }
 

@@ -1,8 +1,11 @@
 // The error table's statistics of one tensor (or one expert's part of it) against another
 // (interfaces.md, error table columns): max and mean absolute error, max relative error, relative
 // Frobenius error, DeepGEMM's calc_diff, the ULP histogram (ulp.h) and the count of bitwise-equal
-// elements (bitwise.h). Sums run over fixed blocks in parallel and are added in block order, so the
-// figures do not depend on the thread count.
+// elements (bitwise.h), and the non-finite elements: where both are NaN or the same infinity
+// (nonfinite, also bitwise equal) and where only one is, or they differ (nonfinite_mismatch). The sums
+// (mean_abs, rel_fro, calc_diff) run over the elements where both are finite; the maxima and the ULP
+// histogram over all (a mismatch makes max_abs NaN or inf). Sums run over fixed blocks in parallel
+// and are added in block order, so the figures do not depend on the thread count.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -25,6 +28,7 @@ struct ErrorStats {
   double max_abs = 0, max_rel = 0, mean_abs = 0, rel_fro = 0, calc_diff = 0;
   UlpBuckets ulps;
   int64_t bitwise_equal = 0;
+  int64_t nonfinite = 0, nonfinite_mismatch = 0;
 };
 
 // a (the backend) against b (the other) over the elements `index` (all when null), ULPs measured on

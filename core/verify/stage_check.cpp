@@ -12,6 +12,7 @@
 #include "exact_gemm.h"
 #include "first_error.h"
 #include "moenum/bf16.h"
+#include "moenum/mx_names.h"
 #include "moenum/rng.h"
 #include "stage_ops.h"
 
@@ -93,15 +94,15 @@ struct MxCodes {
   std::vector<uint8_t> codes, scales;
 };
 
-MxCodes quantize(const Matrix& m, Direction d, Fp8Format f, ScaleRounding r) {
+MxCodes quantize(const Matrix& m, Direction d, Fp8Format f, ScaleRounding r, InvScaleRule inv) {
   const int64_t rows = m.rows(), cols = m.cols();
   std::vector<float> x(static_cast<size_t>(rows * cols));
   for (int64_t i = 0; i < rows * cols; ++i) x[i] = float(m.data()[i]);
   MxCodes q;
   q.codes.resize(x.size());
   q.scales.resize(x.size() / kMxBlock);
-  if (d == Direction::kRowwise) mx_quantize_rowwise(x.data(), rows, cols, q.codes.data(), q.scales.data(), f, r);
-  else mx_quantize_columnwise(x.data(), rows, cols, q.codes.data(), q.scales.data(), f, r);
+  if (d == Direction::kRowwise) mx_quantize_rowwise(x.data(), rows, cols, q.codes.data(), q.scales.data(), f, r, inv);
+  else mx_quantize_columnwise(x.data(), rows, cols, q.codes.data(), q.scales.data(), f, r, inv);
   return q;
 }
 
@@ -173,7 +174,7 @@ Matrix gemm_operand(const LayerContext& c, const TensorMap& t, int gemm, Operand
     return dequantize(q, sp.rows, sp.cols, od.direction, f);
   }
   const Matrix m = natural(c, t, od.source, p);
-  return dequantize(quantize(m, od.direction, f, c.recipe.scale_rounding), m.rows(), m.cols(), od.direction, f);
+  return dequantize(quantize(m, od.direction, f, c.recipe.scale_rounding, c.recipe.inv_scale), m.rows(), m.cols(), od.direction, f);
 }
 
 // ---- the tally of one task (an expert, or a block of tokens) -----------------------------------
@@ -399,9 +400,9 @@ void gemm_stage(const StageRun& run, int stage, const SampleSpec& sample, StageO
       const int64_t i = rows[ii2];
       for (int64_t j = 0; j < cols; ++j) {
         const double c32 = r.c32(int64_t(ii2), j);
-        const Interval acc = accumulator_interval(c32, r.absprod(int64_t(ii2), j), K);
+        const Interval acc = accumulator_interval(c32, r.absprod(int64_t(ii2), j), K, r.finite_absprod(int64_t(ii2), j));
         const auto [ref, pre] = post(c32, j, r.c64(int64_t(ii2), j));
-        const Expected x{ref, pre, Interval{post(acc.lo, j, kNaN).first, post(acc.hi, j, kNaN).first}};
+        const Expected x{ref, pre, Interval{post(acc.lo, j, kNaN).first, post(acc.hi, j, kNaN).first, acc.nan_ok}};
         const int64_t flat = flat_of(i, j);
         run.record(ty, run.name, 0, flat, value.at(flat), x, grid, true, true);
       }
@@ -524,7 +525,7 @@ void bias_grad_stage(const StageRun& run, StageOut& out) {
     const Matrix vals = db2 ? token_rows(c.dy, c, s, M) : view_rows(run.t.at("dh"), s, M, cols);
     const so::GemmRef r = so::exact_gemm_ref(w, vals.transpose(), nullptr);
     for (int64_t j = 0; j < cols; ++j) {
-      const Interval acc = accumulator_interval(r.c32(0, j), r.absprod(0, j), M);
+      const Interval acc = accumulator_interval(r.c32(0, j), r.absprod(0, j), M, r.finite_absprod(0, j));
       run.record(ty, run.name, 0, e * cols + j, value.at(e * cols + j), {r.c32(0, j), r.c64(0, j), acc},
                  Grid::kF32, true, true);
     }
@@ -600,7 +601,7 @@ void mx_stage(const StageRun& run, StageOut& out) {
   for_experts(es, out, [&](int64_t e, Tally& ty) {
     const Part part{e, c.seg_begin[e], c.seg_end[e] - c.seg_begin[e]};
     const Matrix m = natural(c, run.t, od.source, part);
-    const MxCodes q = quantize(m, od.direction, f, c.recipe.scale_rounding);
+    const MxCodes q = quantize(m, od.direction, f, c.recipe.scale_rounding, c.recipe.inv_scale);
     const MxSpan sp = mx_span(c, od.source, part);
     const int64_t cols = sp.cols;
     const auto scale_of = [&](int64_t i, int64_t j) {  // local scale index of local code (i, j)
@@ -752,6 +753,7 @@ LayerContext make_layer_context(const Scenario& sc, const Routing& routing, cons
   c.recipe.mx = sc.recipe.name == "mxfp8";
   c.recipe.grad_format = sc.recipe.grad_format == "e5m2" ? Fp8Format::E5M2 : Fp8Format::E4M3;
   c.recipe.scale_rounding = sc.recipe.scale_rounding == "floor" ? ScaleRounding::Floor : ScaleRounding::Rceil;
+  c.recipe.inv_scale = inv_scale_rule_from_name(sc.recipe.inv_scale).value_or(kDefaultInvScale);
   return c;
 }
 

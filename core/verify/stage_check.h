@@ -42,6 +42,7 @@ struct RecipeFacts {
   bool mx = false;
   Fp8Format grad_format = Fp8Format::E4M3;
   ScaleRounding scale_rounding = ScaleRounding::Rceil;
+  InvScaleRule inv_scale = kDefaultInvScale;
 };
 
 // The problem as the stage checks see it: the inputs and every rank's rows concatenated in plan order.

@@ -141,6 +141,43 @@ TEST(Mx, InvScaleEdges) {
   EXPECT_EQ(e8m0_inv_scale_te_kernel(0xFF), -INFINITY);
   for (int c = 1; c < 254; ++c)
     EXPECT_EQ(e8m0_inv_scale_te_kernel(static_cast<uint8_t>(c)), e8m0_inv_scale(static_cast<uint8_t>(c)));
+  // The rule selector, and the default (numerics.md §5: TE's kernel rule).
+  EXPECT_EQ(kDefaultInvScale, InvScaleRule::TeKernel);
+  for (int c = 0; c < 256; ++c) {
+    const auto u = static_cast<uint8_t>(c);
+    EXPECT_EQ(f32_bits(mx_inv_scale(u, InvScaleRule::Spec)), f32_bits(e8m0_inv_scale(u))) << c;
+    EXPECT_EQ(f32_bits(mx_inv_scale(u, InvScaleRule::TeKernel)), f32_bits(e8m0_inv_scale_te_kernel(u))) << c;
+  }
+}
+
+// The largest amax with code 0 (just above fmt_max * 2^-127, the rceil subnormal edge) and the
+// smallest with code 1, under both rules: te_kernel zeros the code-0 block, spec scales it by 2^127;
+// from code 1 on the rules agree.
+TEST(Mx, TinyAmaxBlocksByRule) {
+  for (Fp8Format f : kFormats) {
+    float a = fp8_max_normal(f) * pow2f(-127);
+    while (e8m0_rceil(std::nextafter(a, INFINITY), f) == 0) a = std::nextafter(a, INFINITY);
+    const float above = std::nextafter(a, INFINITY);
+    ASSERT_EQ(e8m0_rceil(above, f), 1);
+    float x[32], y[32];
+    uint8_t qs[32], qt[32];
+    for (int i = 0; i < 32; ++i) x[i] = a * (static_cast<float>(i) - 15.5f) / 16.5f;  // |x| <= a, signed
+    x[0] = -a;
+    EXPECT_EQ(mx_quantize_block(x, 1, qt, 1, f, ScaleRounding::Rceil, InvScaleRule::TeKernel), 0);
+    EXPECT_EQ(mx_quantize_block(x, 1, qs, 1, f, ScaleRounding::Rceil, InvScaleRule::Spec), 0);
+    int nonzero_spec = 0;
+    for (int i = 0; i < 32; ++i) {
+      EXPECT_EQ(qt[i], std::signbit(x[i]) ? 0x80 : 0x00) << name(f) << " " << i;
+      nonzero_spec += (qs[i] & 0x7F) != 0;
+    }
+    EXPECT_GT(nonzero_spec, 16);
+    mx_dequantize_block(qt, 1, 0, y, 1, f);
+    for (float v : y) EXPECT_EQ(v, 0.0f);
+    x[0] = -above;
+    EXPECT_EQ(mx_quantize_block(x, 1, qt, 1, f, ScaleRounding::Rceil, InvScaleRule::TeKernel), 1);
+    EXPECT_EQ(mx_quantize_block(x, 1, qs, 1, f, ScaleRounding::Rceil, InvScaleRule::Spec), 1);
+    for (int i = 0; i < 32; ++i) EXPECT_EQ(qt[i], qs[i]) << name(f) << " " << i;
+  }
 }
 
 TEST(Mx, E8M0RceilBitRecipe) {
@@ -229,12 +266,15 @@ TEST(Mx, RceilSubnormalEdge) {
     for (; e8m0_rceil(a, f) == 0; a = std::nextafter(a, INFINITY), ++n) EXPECT_EQ(rceil_exact(a, f), 1);
     EXPECT_GT(n, 0);
     EXPECT_EQ(e8m0_rceil(a, f), 1);
-    // Such a block saturates: its amax scaled by 2^127 exceeds max normal.
+    // Under the spec rule such a block saturates: its amax scaled by 2^127 exceeds max normal. Under
+    // te_kernel (inverse 1.0 for code 0) it quantizes to zero, as every code-0 block does.
     const float edge = std::nextafter(lo, INFINITY);
     float x[32] = {edge};
     uint8_t q[32];
-    EXPECT_EQ(mx_quantize_block(x, 1, q, 1, f, ScaleRounding::Rceil), 0);
+    EXPECT_EQ(mx_quantize_block(x, 1, q, 1, f, ScaleRounding::Rceil, InvScaleRule::Spec), 0);
     EXPECT_EQ(q[0], fp8_max_code(f));
+    EXPECT_EQ(mx_quantize_block(x, 1, q, 1, f, ScaleRounding::Rceil, InvScaleRule::TeKernel), 0);
+    EXPECT_EQ(q[0], 0x00);
     // amax*R just below 2^-126 is a subnormal above 2^-127: code 1, as exact.
     EXPECT_EQ(e8m0_rceil(std::nextafter(fp8_max_normal(f) * pow2f(-126), 0.0f), f), 1);
   }
@@ -308,17 +348,24 @@ TEST(Mx, InfBlock) {
       x[9] = -INFINITY;
       x[20] = std::ldexp(1.0f, 125);  // huge finite: 2^125 * 2^-127 = 0.25, representable
       uint8_t q[32];
-      EXPECT_EQ(mx_quantize_block(x, 1, q, 1, f, r), 0xFE);
+      EXPECT_EQ(mx_quantize_block(x, 1, q, 1, f, r, InvScaleRule::Spec), 0xFE);
       for (int i = 0; i < 32; ++i) {
         if (i == 2) EXPECT_EQ(q[i], fp8_max_code(f));
         else if (i == 9) EXPECT_EQ(q[i], 0x80 | fp8_max_code(f));
         else if (i == 20) EXPECT_EQ(q[i], fp8_encode(0.25f, f));
         else EXPECT_EQ(q[i], x[i] < 0 ? 0x80 : 0x00) << i;
       }
-      // TransformerEngine's kernel multiplies by +0 instead: +-inf -> NaN, finite -> +-0.
-      EXPECT_EQ(mx_quantize_block(x, 1, q, 1, f, r, InvScaleRule::TeKernel), 0xFE);
+      // TransformerEngine's kernel rule, the default, multiplies by +0 instead: +-inf -> NaN, finite
+      // (the huge one too) -> +-0; dequantized, NaN and signed zeros.
+      for (InvScaleRule rule : {InvScaleRule::TeKernel, kDefaultInvScale}) {
+        EXPECT_EQ(mx_quantize_block(x, 1, q, 1, f, r, rule), 0xFE);
+        for (int i = 0; i < 32; ++i)
+          EXPECT_EQ(q[i], (i == 2 || i == 9) ? kFp8NaN : (x[i] < 0 ? 0x80 : 0x00)) << i;
+      }
+      float y[32];
+      mx_dequantize_block(q, 1, 0xFE, y, 1, f);
       for (int i = 0; i < 32; ++i)
-        EXPECT_EQ(q[i], (i == 2 || i == 9) ? kFp8NaN : (x[i] < 0 ? 0x80 : 0x00)) << i;
+        EXPECT_TRUE((i == 2 || i == 9) ? std::isnan(y[i]) : y[i] == 0.0f && std::signbit(y[i]) == (x[i] < 0)) << i;
     }
 }
 
@@ -329,7 +376,7 @@ TEST(Mx, Fp32SubnormalInputs) {
     x[1] = bits(0x00000001u);   // the smallest subnormal, 2^-149
     x[31] = bits(0x007FFFFFu);  // the largest, ~2^-126
     uint8_t q[32];
-    const uint8_t s = mx_quantize_block(x, 1, q, 1, f, ScaleRounding::Rceil);
+    const uint8_t s = mx_quantize_block(x, 1, q, 1, f, ScaleRounding::Rceil, InvScaleRule::Spec);
     EXPECT_EQ(s, 0);  // amax*R is far below 2^-127
     for (int i = 0; i < 32; ++i) {
       const float scaled = x[i] * pow2f(127);  // exact: subnormal times 2^127 is normal
@@ -337,6 +384,9 @@ TEST(Mx, Fp32SubnormalInputs) {
       EXPECT_EQ(q[i], fp8_encode_ref(scaled, f)) << name(f) << " " << i;
     }
     EXPECT_NE(q[31], 0);
+    // te_kernel (the default) multiplies a code-0 block by 1.0: fp32 subnormals quantize to +-0.
+    EXPECT_EQ(mx_quantize_block(x, 1, q, 1, f, ScaleRounding::Rceil), 0);
+    for (int i = 0; i < 32; ++i) EXPECT_EQ(q[i], std::signbit(x[i]) ? 0x80 : 0x00) << name(f) << " " << i;
     // Next to a normal element the subnormals vanish.
     x[0] = 1.0f;
     mx_quantize_block(x, 1, q, 1, f, ScaleRounding::Rceil);

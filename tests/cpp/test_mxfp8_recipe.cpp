@@ -191,6 +191,36 @@ TEST(Mxfp8Recipe, ScaleRoundingFromRecipe) {
   EXPECT_EQ(floor_.quantize_operand(m, Gemm::kFc1Fprop, Operand::kA)(0, 0), 448.0);
 }
 
+// The inverse scale comes from recipe.inv_scale, te_kernel by default: a tiny block (amax below
+// 448 * 2^-127, code 0) and a block holding inf differ between the rules; unknown names are refused.
+TEST(Mxfp8Recipe, InvScaleFromRecipe) {
+  Scenario sc = make_scenario(64, 4, 64, 32, 2);
+  EXPECT_EQ(sc.recipe.inv_scale, "te_kernel");
+  EXPECT_EQ(Mxfp8Policy::from_scenario(sc).inv_scale, InvScaleRule::TeKernel);
+  sc.recipe.inv_scale = "spec";
+  const Mxfp8Policy spec = Mxfp8Policy::from_scenario(sc);
+  EXPECT_EQ(spec.inv_scale, InvScaleRule::Spec);
+  sc.recipe.inv_scale = "exact";
+  EXPECT_THROW(Mxfp8Policy::from_scenario(sc), ConfigError);
+  const Mxfp8Policy te(Fp8Format::E4M3, ScaleRounding::Rceil);
+  EXPECT_EQ(te.inv_scale, InvScaleRule::TeKernel);
+  Matrix m = Matrix::Constant(2, 32, 0x1p-130);  // row 0 tiny
+  m.row(1).setConstant(1.0);
+  m(1, 3) = std::numeric_limits<double>::infinity();
+  const MxOperand qt = te.quantize_codes(m, Gemm::kFc1Fprop, Operand::kA);
+  const MxOperand qs = spec.quantize_codes(m, Gemm::kFc1Fprop, Operand::kA);
+  EXPECT_EQ(qt.scales, (std::vector<uint8_t>{0, 0xFE}));
+  EXPECT_EQ(qs.scales, qt.scales);
+  const Matrix dt = te.quantize_operand(m, Gemm::kFc1Fprop, Operand::kA);
+  const Matrix ds = spec.quantize_operand(m, Gemm::kFc1Fprop, Operand::kA);
+  EXPECT_EQ(dt(0, 0), 0.0);       // te_kernel: the tiny block vanishes
+  EXPECT_EQ(ds(0, 0), 0x1p-130);  // spec: scaled by 2^127 to 2^-3, exact
+  EXPECT_TRUE(std::isnan(dt(1, 3)));  // te_kernel: inf * +0 = NaN
+  EXPECT_EQ(dt(1, 0), 0.0);
+  EXPECT_EQ(ds(1, 3), std::numeric_limits<double>::infinity());  // spec: max normal * 2^127 overflows fp32
+  EXPECT_EQ(ds(1, 0), 0.0);
+}
+
 // For every GEMM operand, quantize_operand on the NT-form matrix grouped_mlp hands over (the natural
 // tensor, or its transpose for TE's columnwise usage) equals mx_quantize_rowwise / columnwise on the
 // natural layout, in TE's direction (numerics.md §4), and not the other direction.

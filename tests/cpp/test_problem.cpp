@@ -6,12 +6,16 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
+#include <limits>
 #include <cstdint>
 #include <string>
 #include <tuple>
 
 #include "moenum/bf16.h"
+#include "moenum/error.h"
 #include "moenum/problem.h"
+#include "moenum/scenario.h"
 #include "test_util.h"
 
 using namespace moenum;
@@ -102,6 +106,8 @@ TEST(Problem, ShapesAndBf16Values) {
 TEST(Problem, SameBitsWhateverTheThreadCount) {
   Scenario sc = make_scenario(99, 256, 8, 128, 64, true);
   sc.inputs["x"] = {"uniform", 2.0, 0.01, 32.0};
+  sc.inputs["dy"].regime = "special";
+  sc.inputs["dy"].special = {0.01, 0.01, 0.01, 0.01, 7.0, 0.01};
   const int saved = omp_get_max_threads();
   omp_set_num_threads(1);
   const Problem one = generate_problem(sc);
@@ -111,4 +117,85 @@ TEST(Problem, SameBitsWhateverTheThreadCount) {
   for (auto [name, a, b] : {std::tuple{"x", &one.x, &many.x}, {"w1", &one.w1, &many.w1}, {"b1", &one.b1, &many.b1},
                             {"w2", &one.w2, &many.w2}, {"b2", &one.b2, &many.b2}, {"dy", &one.dy, &many.dy}})
     EXPECT_TRUE(moenum::testing::same_bits(*a, *b)) << name;
+}
+
+// The banded regimes: subnormal draws are bf16/fp32 subnormals (and not all zero), near_overflow
+// draws finite values up to about 2^127; regime uniform is dist uniform.
+TEST(Problem, RegimeBands) {
+  Scenario sc = make_scenario(5, 256, 4, 64, 32, true);
+  sc.inputs["x"].regime = "subnormal";
+  sc.inputs["w1"].regime = "near_overflow";
+  sc.inputs["dy"].regime = "uniform";
+  const Problem p = generate_problem(sc);
+  int64_t nonzero = 0;
+  for (const float v : p.x.f32()) {
+    ASSERT_LT(std::fabs(v), 0x1p-126f);
+    nonzero += v != 0.0f;
+  }
+  EXPECT_GT(nonzero, p.x.size() * 9 / 10);
+  float wmax = 0;
+  for (const float v : p.w1.f32()) {
+    ASSERT_TRUE(std::isfinite(v));
+    wmax = std::max(wmax, std::fabs(v));
+  }
+  EXPECT_GT(wmax, 0x1p125f);
+  Scenario u = make_scenario(5, 256, 4, 64, 32, true);
+  u.inputs["dy"].dist = "uniform";
+  EXPECT_TRUE(moenum::testing::same_bits(p.dy, generate_problem(u).dy));
+  EXPECT_TRUE(moenum::testing::same_bits(p.w2, generate_problem(u).w2));  // other tensors: as before
+}
+
+// Regime special: each kind of special value at its stated fraction (within 5 binomial sigmas), the
+// other elements exactly the normal regime's.
+TEST(Problem, SpecialValuesAtStatedFractions) {
+  Scenario sc = make_scenario(17, 1024, 4, 64, 32, true);
+  InputRegime& r = sc.inputs["x"];
+  r.regime = "special";
+  r.special = {0.02, 0.03, 0.04, 0.05, -3.5, 0.06};
+  const Problem sp = generate_problem(sc);
+  const Problem plain = generate_problem(make_scenario(17, 1024, 4, 64, 32, true));
+  const auto xs = sp.x.f32(), xp = plain.x.f32();
+  int64_t nan = 0, pinf = 0, ninf = 0, sub = 0, huge = 0, value = 0, same = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const float v = xs[i];
+    if (std::isnan(v)) ++nan;
+    else if (std::isinf(v)) ++(v > 0 ? pinf : ninf);
+    else if (v != 0.0f && std::fabs(v) < 0x1p-126f) ++sub;
+    else if (std::fabs(v) >= 0x1p127f) ++huge;
+    else if (v == -3.5f && xp[i] != -3.5f) ++value;
+    else if (std::bit_cast<uint32_t>(v) == std::bit_cast<uint32_t>(xp[i])) ++same;
+  }
+  const double n = double(xs.size());
+  auto near = [n](int64_t count, double f) { return std::fabs(count - f * n) <= 5 * std::sqrt(n * f * (1 - f)); };
+  EXPECT_TRUE(near(nan, 0.02)) << nan;
+  EXPECT_TRUE(near(pinf + ninf, 0.03)) << pinf + ninf;
+  EXPECT_GT(pinf, 0);
+  EXPECT_GT(ninf, 0);
+  EXPECT_TRUE(near(sub, 0.04)) << sub;
+  EXPECT_TRUE(near(huge, 0.05)) << huge;
+  EXPECT_TRUE(near(value, 0.06)) << value;
+  EXPECT_EQ(nan + pinf + ninf + sub + huge + value + same, int64_t(xs.size()));  // nothing else changed
+  EXPECT_TRUE(moenum::testing::same_bits(sp.w1, plain.w1));
+  // a stated non-finite or out-of-range value: NaN, and 1e39 -> +inf in bf16
+  r.special = {0, 0, 0, 0, 1e39, 0.5};
+  int64_t inf = 0;
+  const Problem stated = generate_problem(sc);
+  for (const float v : stated.x.f32()) inf += std::isinf(v) && v > 0;
+  EXPECT_TRUE(near(inf, 0.5)) << inf;
+}
+
+TEST(Problem, RegimesAreValidated) {
+  Scenario sc = make_scenario(1, 16, 4, 32, 16, true);
+  sc.inputs["x"].regime = "lognormal";
+  EXPECT_THROW(validate(sc), ConfigError);
+  sc.inputs["x"] = {};
+  sc.inputs["x"].scale = std::numeric_limits<double>::infinity();
+  EXPECT_THROW(validate(sc), ConfigError);
+  sc.inputs["x"] = {};
+  sc.inputs["x"].regime = "special";
+  sc.inputs["x"].special.nan = 0.7;
+  sc.inputs["x"].special.inf = 0.4;
+  EXPECT_THROW(validate(sc), ConfigError);
+  sc.inputs["x"].special.inf = 0.2;
+  EXPECT_NO_THROW(validate(sc));
 }

@@ -128,5 +128,66 @@ TEST(ErrorStats, FiguresOfATinyPair) {
   EXPECT_NEAR(s.rel_fro, 0.5 / std::sqrt(1.0 + 6.25), 1e-15);
 }
 
+// Finite terms whose magnitudes sum past the fp32 max can overflow in some order: any value, NaN
+// and both infinities included, is within the bound. Non-finite terms (absprod inf) leave only the
+// reference's own IEEE value, or NaN besides when the finite terms can overflow; a NaN where the
+// reference is finite is a violation.
+TEST(Bounds, OverflowingTermsAndNonFiniteValues) {
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  const double big = 0x1p127;
+  const Interval whole = accumulator_interval(0.0, 3 * big, 3);  // 2^127 + 2^127 - 2^127, say
+  EXPECT_TRUE(whole.nan_ok && whole.lo == -inf && whole.hi == inf);
+  for (double v : {nan, inf, -inf, 0.0, big})
+    EXPECT_EQ(classify(v, {0.0, nan, whole}, Grid::kF32), v == 0.0 ? Class::kBitwiseEqual : Class::kWithinBound) << v;
+  const Interval finite = accumulator_interval(1.0, 4.0, 4);
+  EXPECT_FALSE(finite.nan_ok);
+  EXPECT_EQ(classify(nan, {1.0, nan, finite}, Grid::kF32), Class::kBoundViolation);
+  EXPECT_EQ(classify(inf, {1.0, nan, finite}, Grid::kF32), Class::kBoundViolation);
+  const Interval ieee = accumulator_interval(nan, inf, 4);  // an operand is inf: NaN interval
+  EXPECT_FALSE(ieee.nan_ok);
+  EXPECT_EQ(classify(nan, {nan, nan, ieee}, Grid::kF32), Class::kBitwiseEqual);
+  EXPECT_EQ(classify(1.0, {nan, nan, ieee}, Grid::kF32), Class::kBoundViolation);
+  const Interval pinf = accumulator_interval(inf, inf, 4, 10.0);  // -inf/NaN impossible: strict
+  EXPECT_EQ(classify(inf, {inf, nan, pinf}, Grid::kF32), Class::kBitwiseEqual);
+  EXPECT_EQ(classify(-inf, {inf, nan, pinf}, Grid::kF32), Class::kBoundViolation);
+  EXPECT_EQ(classify(nan, {inf, nan, pinf}, Grid::kF32), Class::kBoundViolation);
+  // -inf plus finite products that overflow fp32 (to +inf in some order): -inf or NaN
+  const Interval mixed = accumulator_interval(-inf, inf, 4, 2 * big);
+  EXPECT_TRUE(mixed.nan_ok);
+  EXPECT_EQ(classify(-inf, {-inf, nan, mixed}, Grid::kF32), Class::kBitwiseEqual);
+  EXPECT_EQ(classify(nan, {-inf, nan, mixed}, Grid::kF32), Class::kWithinBound);
+  EXPECT_EQ(classify(inf, {-inf, nan, mixed}, Grid::kF32), Class::kBoundViolation);
+  EXPECT_EQ(classify(1.0, {-inf, nan, mixed}, Grid::kF32), Class::kBoundViolation);
+}
+
+// NaN against NaN and an infinity against the same infinity agree: bitwise equal, counted as
+// nonfinite, out of the sums (rel_fro describes the finite elements). A non-finite value against
+// anything else is a mismatch: counted, and the maxima show it.
+TEST(ErrorStats, NonFiniteElements) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> a{1.0f, nan, -nan, inf, -inf, 2.0f}, b{1.0f, nan, nan, inf, -inf, 2.5f};
+  View va{a.data(), Storage::kF32, {6}, "fp32"}, vb{b.data(), Storage::kF32, {6}, "fp32"};
+  const ErrorStats s = error_stats(va, vb, Grid::kF32);
+  EXPECT_EQ(s.n, 6);
+  EXPECT_EQ(s.nonfinite, 4);
+  EXPECT_EQ(s.nonfinite_mismatch, 0);
+  EXPECT_EQ(s.bitwise_equal, 5);
+  EXPECT_EQ(s.max_abs, 0.5);
+  EXPECT_EQ(s.max_rel, 0.2);
+  EXPECT_EQ(s.mean_abs, 0.25);  // over the two finite pairs
+  EXPECT_NEAR(s.rel_fro, 0.5 / std::sqrt(1.0 + 6.25), 1e-15);
+  EXPECT_EQ(s.ulps.le0, 5);
+  // mismatches: NaN where b is finite, finite where b is NaN, inf against -inf, inf against a number
+  const std::vector<float> c{nan, 3.0f, inf, inf, 2.0f, 1.0f}, d{1.0f, nan, -inf, 5.0f, 2.0f, 1.0f};
+  View vc{c.data(), Storage::kF32, {6}, "fp32"}, vd{d.data(), Storage::kF32, {6}, "fp32"};
+  const ErrorStats m = error_stats(vc, vd, Grid::kF32);
+  EXPECT_EQ(m.nonfinite, 0);
+  EXPECT_EQ(m.nonfinite_mismatch, 4);
+  EXPECT_EQ(m.bitwise_equal, 2);
+  EXPECT_TRUE(std::isnan(m.max_abs));
+  EXPECT_EQ(m.ulps.gt2, 4);
+  EXPECT_EQ(m.rel_fro, 0.0);  // the finite pairs agree
+}
+
 }  // namespace
 }  // namespace moenum::verify

@@ -22,8 +22,11 @@ std::vector<uint16_t> test_data(int64_t rows, int64_t cols, uint32_t seed) {
   }
   // Special blocks along the first rows (rowwise) and first column blocks (columnwise).
   const uint16_t specials[] = {0x0000, 0x8000, 0x7F80, 0xFF80, 0x7FC0, 0x0001, 0x807F, 0x7F7F, 0x3F80};
+  // Rows 0, 1 and 5 are whole blocks of +0, -0 and the tiniest bf16 subnormal (amax <= 448 * 2^-127:
+  // code 0, where the te_kernel and spec inverse scales differ).
   for (int64_t i = 0; i < std::min<int64_t>(rows, 9); ++i)
-    for (int64_t j = 0; j < 32 && j < cols; ++j) v[i * cols + j] = (j % 3 == 0) ? specials[i] : (i == 0 || i == 1 ? specials[i] : v[i * cols + j]);
+    for (int64_t j = 0; j < 32 && j < cols; ++j)
+      v[i * cols + j] = (j % 3 == 0 || i == 0 || i == 1 || i == 5) ? specials[i] : v[i * cols + j];
   for (int64_t j = 0; j < cols; ++j) v[(rows > 40 ? 40 : 0) * cols + j] = 0;  // an all-zero row
   return v;
 }
@@ -32,26 +35,27 @@ struct Shape {
   int64_t rows, cols;
 };
 
-class GpuMx : public ::testing::TestWithParam<std::tuple<Shape, int, int>> {};
+class GpuMx : public ::testing::TestWithParam<std::tuple<Shape, int, int, int>> {};
 
 TEST_P(GpuMx, CodesAndScalesBitwise) {
   MOENUM_REQUIRE_GPU();
-  const auto [shape, fmt_i, rnd_i] = GetParam();
+  const auto [shape, fmt_i, rnd_i, inv_i] = GetParam();
   const auto fmt = static_cast<Fp8Format>(fmt_i);
   const auto rnd = static_cast<ScaleRounding>(rnd_i);
+  const auto inv = static_cast<InvScaleRule>(inv_i);
   const int64_t R = shape.rows, C = shape.cols;
   const bool colwise = R % 32 == 0;
   auto host = test_data(R, C, static_cast<uint32_t>(R * 131 + C + fmt_i * 7 + rnd_i));
   std::vector<float> xf(host.size());
   for (size_t i = 0; i < host.size(); ++i) xf[i] = bf16_to_f32(host[i]);
   std::vector<uint8_t> q_row(R * C), s_row(R * C / 32), q_col(R * C), s_col(colwise ? R / 32 * C : 0);
-  mx_quantize_rowwise(xf.data(), R, C, q_row.data(), s_row.data(), fmt, rnd);
-  if (colwise) mx_quantize_columnwise(xf.data(), R, C, q_col.data(), s_col.data(), fmt, rnd);
+  mx_quantize_rowwise(xf.data(), R, C, q_row.data(), s_row.data(), fmt, rnd, inv);
+  if (colwise) mx_quantize_columnwise(xf.data(), R, C, q_col.data(), s_col.data(), fmt, rnd, inv);
 
   gpu::DeviceBuffer<uint16_t> dx;
   dx.upload(host);
   gpu::DeviceBuffer<uint8_t> dqr(R * C), dsr(R * C / 32), dqc(R * C), dsc(s_col.size());
-  gpu::launch_mx_quantize_bf16(dx.get(), R, C, fmt, rnd, dqr.get(), dsr.get(), colwise ? dqc.get() : nullptr,
+  gpu::launch_mx_quantize_bf16(dx.get(), R, C, fmt, rnd, inv, dqr.get(), dsr.get(), colwise ? dqc.get() : nullptr,
                                colwise ? dsc.get() : nullptr, nullptr);
   // Compare scales first: one wrong scale explains up to 32 wrong codes.
   EXPECT_EQ(s_row, dsr.download()) << "rowwise scales";
@@ -65,12 +69,13 @@ TEST_P(GpuMx, CodesAndScalesBitwise) {
 INSTANTIATE_TEST_SUITE_P(Shapes, GpuMx,
                          ::testing::Combine(::testing::Values(Shape{32, 32}, Shape{96, 160}, Shape{200, 64},
                                                               Shape{256, 1024}, Shape{1000, 96}),
-                                            ::testing::Values(0, 1), ::testing::Values(0, 1)),
+                                            ::testing::Values(0, 1), ::testing::Values(0, 1), ::testing::Values(0, 1)),
                          [](const auto& info) {
                            const Shape s = std::get<0>(info.param);
                            return std::to_string(s.rows) + "x" + std::to_string(s.cols) +
                                   (std::get<1>(info.param) ? "_e5m2" : "_e4m3") +
-                                  (std::get<2>(info.param) ? "_floor" : "_rceil");
+                                  (std::get<2>(info.param) ? "_floor" : "_rceil") +
+                                  (std::get<3>(info.param) ? "_te_kernel" : "_spec");
                          });
 
 // The 128x4 layout restated: tile (i/128, j/4) of 512 bytes, inside it row i%32 picks a 16-byte

@@ -38,16 +38,26 @@ TEST(MxDequantBf16, ExactForEveryBf16InputAndScaleCode) {
         const float v = mx_dequantize_element(uint8_t(q), uint8_t(c), f);
         if (v == v && round_bf16(v) != v) ++inexact_pairs, min_code_inexact = std::min(min_code_inexact, c);
       }
-    // every bf16 input x and every scale code: quantize then dequantize, as the GPU path does
+    // every bf16 input x and every scale code: quantize then dequantize, as the GPU path does. The
+    // spec rule over every pair; the te_kernel rule (inverse 1.0 at code 0, +0 at 0xFE) over the pairs
+    // a block can hold, |x| <= its amax, i.e. code(|x|) <= c for rceil (for code 0: |x| <= max * 2^-127,
+    // which the inverse 1.0 sends to +-0).
+    int64_t te_pairs = 0;
     for (int c = 0; c < 255; ++c) {
       const float inv = mx_inv_scale(uint8_t(c), InvScaleRule::Spec);
+      const float inv_te = mx_inv_scale(uint8_t(c), InvScaleRule::TeKernel);
       for (uint32_t b = 0; b < 65536; ++b) {
         const float x = bf16_to_f32(uint16_t(b));
         const float v = mx_dequantize_element(mx_quantize_element(x, inv, f), uint8_t(c), f);
         inexact_from_bf16 += (v == v) && round_bf16(v) != v;
+        if (e8m0_from_amax(std::fabs(x), f, ScaleRounding::Rceil) > c) continue;
+        const float vt = mx_dequantize_element(mx_quantize_element(x, inv_te, f), uint8_t(c), f);
+        inexact_from_bf16 += (vt == vt) && round_bf16(vt) != vt;
+        ++te_pairs;
       }
     }
     EXPECT_EQ(0, inexact_from_bf16) << "format " << int(f);
+    EXPECT_GT(te_pairs, 255 * 1000);
     // The edge exists (fp8 subnormal grid x 2^(c-127) finer than bf16's 2^-133 for small codes) but
     // bf16 inputs never land there.
     EXPECT_GT(inexact_pairs, 0);
@@ -62,7 +72,7 @@ TEST(MxDequantBf16, ExactForEveryBf16InputAndScaleCode) {
 struct MxCase {
   std::string name;
   ScenarioSpec spec;
-  std::string grad = "e4m3", rounding = "rceil";
+  std::string grad = "e4m3", rounding = "rceil", inv_scale = "te_kernel";
 };
 
 Scenario mx_scenario(const MxCase& c) {
@@ -71,6 +81,7 @@ Scenario mx_scenario(const MxCase& c) {
   sc.recipe.name = "mxfp8";
   sc.recipe.grad_format = c.grad;
   sc.recipe.scale_rounding = c.rounding;
+  sc.recipe.inv_scale = c.inv_scale;
   return sc;
 }
 
@@ -83,9 +94,9 @@ std::vector<MxCase> mx_cases() {
   c.spec.padding = "module", c.spec.align = 32, c.spec.ep = 2, c.spec.bias = false;
   v.push_back(c);
   c = {};
-  c.name = "router_e5m2_floor_nobias";
+  c.name = "router_e5m2_floor_spec_nobias";
   c.spec.padding = "router", c.spec.align = 32, c.spec.bias = false, c.spec.skew = "zipf", c.spec.zipf_s = 1.2;
-  c.grad = "e5m2", c.rounding = "floor";
+  c.grad = "e5m2", c.rounding = "floor", c.inv_scale = "spec";
   v.push_back(c);
   c = {};
   c.name = "hybridep_ep4_bias";

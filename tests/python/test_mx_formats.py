@@ -113,7 +113,7 @@ def test_e8m0_decode_every_code():
 
 def test_e8m0_inverse_scales():
     codes = np.arange(256, dtype=np.uint8)
-    inv = _core.e8m0_inv_scale(codes)
+    inv = _core.e8m0_inv_scale(codes, "spec")
     np.testing.assert_array_equal(inv[:255] * _core.e8m0_to_f32(codes)[:255], np.ones(255, np.float32))
     assert inv[0] == np.float32(2.0**127)
     assert inv[254].view(np.uint32) == 0x00400000  # 2^-127, an fp32 subnormal
@@ -121,6 +121,9 @@ def test_e8m0_inverse_scales():
     te = _core.e8m0_inv_scale(codes, "te_kernel")  # TransformerEngine's ptx.cuh exp2f_rcp
     assert te[0] == 1.0 and te[254].view(np.uint32) == 0 and te[255] == -np.inf
     np.testing.assert_array_equal(te[1:254], inv[1:254])
+    np.testing.assert_array_equal(_core.e8m0_inv_scale(codes).view(np.uint32), te.view(np.uint32))  # the default
+    with pytest.raises(ValueError, match="inv_scale"):
+        _core.e8m0_inv_scale(codes, "exact")
 
 
 def exact_rceil_code(amax: np.ndarray, fmt: str) -> np.ndarray:
@@ -181,11 +184,14 @@ def test_rceil_subnormal_edge(fmt):
     codes = _core.e8m0_from_amax(np.array([lo, edge, after], np.float32), fmt, "rceil")
     assert list(codes) == [0, 0, 1]  # ... but amax*R rounds onto 2^-127: code 0
     assert fraction_rceil_code(float(edge), fmt) == 1
-    # ... and that block saturates: amax * 2^127 > max normal
+    # ... and under the spec rule that block saturates (amax * 2^127 > max normal); under te_kernel,
+    # the default, code 0 means inverse 1.0: the block quantizes to zero
     x = np.zeros((1, 32), np.float32)
     x[0, 3] = edge
-    q, s = mx.quantize(x, fmt=fmt)
+    q, s = mx.quantize(x, fmt=fmt, inv_scale="spec")
     assert s[0, 0] == 0 and q[0, 3] == MAX_CODE[fmt]
+    q, s = mx.quantize(x, fmt=fmt)
+    assert s[0, 0] == 0 and not np.any(q)
 
 
 def test_rceil_bit_recipe_examples():

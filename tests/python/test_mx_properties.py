@@ -2,7 +2,8 @@
 
 The end-to-end oracle below is written independently of the C++: block amax with NaNs masked by
 numpy, the scale code from the exact ceil (float64 comparisons) with the documented subnormal edge,
-2^(127-code) from np.ldexp, and the FP8 cast by ml_dtypes with satfinite applied by hand.
+2^(127-code) from np.ldexp (with TransformerEngine's exp2f_rcp edges for inv_scale="te_kernel": 1.0 for
+code 0, +0.0 for code 254), and the FP8 cast by ml_dtypes with satfinite applied by hand.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from moenum import _core, mx
 
 FMTS = ["e4m3", "e5m2"]
 ROUNDINGS = ["rceil", "floor"]
+INV_SCALES = ["te_kernel", "spec"]
 ML = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
 MAX_CODE = {"e4m3": 0x7E, "e5m2": 0x7B}
 FMT_MAX = {"e4m3": 448.0, "e5m2": 57344.0}
@@ -85,11 +87,18 @@ def ref_scale_codes(amax, fmt, rounding):
     return code.astype(np.uint8)
 
 
-def ref_quantize(x, fmt, rounding):
+def ref_inv_scale(code, inv_scale):
+    inv = np.ldexp(np.float32(1), 127 - code.astype(np.int32)).astype(np.float32)  # 2^-127 is an fp32 subnormal
+    if inv_scale == "te_kernel":  # TransformerEngine common/util/ptx.cuh exp2f_rcp
+        inv = np.where(code == 0, np.float32(1), np.where(code == 254, np.float32(0), inv)).astype(np.float32)
+    return inv
+
+
+def ref_quantize(x, fmt, rounding, inv_scale="te_kernel"):
     b = x.reshape(-1, 32)
     amax = np.where(np.isnan(b), np.float32(0), np.abs(b)).max(axis=1)
     code = ref_scale_codes(amax, fmt, rounding)
-    inv = np.ldexp(np.float32(1), 127 - code.astype(np.int32)).astype(np.float32)  # 2^-127 is an fp32 subnormal
+    inv = ref_inv_scale(code, inv_scale)
     with np.errstate(over="ignore", invalid="ignore"):
         scaled = b * inv[:, None]
     return oracle_encode(scaled, fmt).reshape(x.shape), code.reshape(x.shape[0], -1)
@@ -107,11 +116,12 @@ def block_view(a):
 
 @pytest.mark.parametrize("fmt", FMTS)
 @pytest.mark.parametrize("rounding", ROUNDINGS)
+@pytest.mark.parametrize("inv_scale", INV_SCALES)
 @SETTINGS
 @given(x=st.one_of(finite_blocks, with_specials))
-def test_quantize_matches_independent_reference(fmt, rounding, x):
-    q, s = mx.quantize(x, fmt=fmt, scale_rounding=rounding)
-    rq, rs = ref_quantize(x, fmt, rounding)
+def test_quantize_matches_independent_reference(fmt, rounding, inv_scale, x):
+    q, s = mx.quantize(x, fmt=fmt, scale_rounding=rounding, inv_scale=inv_scale)
+    rq, rs = ref_quantize(x, fmt, rounding, inv_scale)
     np.testing.assert_array_equal(s, rs)
     np.testing.assert_array_equal(q, rq)
 
@@ -137,10 +147,11 @@ def test_dequantized_values_stay_in_block_range(fmt, rounding, x):
 @SETTINGS
 @given(x=finite_blocks)
 def test_requantizing_dequantized_values_is_idempotent(fmt, rounding, x):
-    q, s = mx.quantize(x, fmt=fmt, scale_rounding=rounding)
+    # A property of the spec rule: te_kernel zeros every block whose scale drops to code 0.
+    q, s = mx.quantize(x, fmt=fmt, scale_rounding=rounding, inv_scale="spec")
     y = mx.dequantize(q, s, fmt=fmt)
     assume(np.all(np.isfinite(y)))
-    q2, s2 = mx.quantize(y, fmt=fmt, scale_rounding=rounding)
+    q2, s2 = mx.quantize(y, fmt=fmt, scale_rounding=rounding, inv_scale="spec")
     # values always come back
     np.testing.assert_array_equal(mx.dequantize(q2, s2, fmt=fmt).view(np.uint32), y.view(np.uint32))
     # and the very bytes where (q, s) is canonical: the block max above fmt_max/2 (rceil) or at least
@@ -153,10 +164,10 @@ def test_requantizing_dequantized_values_is_idempotent(fmt, rounding, x):
 
 
 @st.composite
-def canonical_pairs(draw, fmt):
+def canonical_pairs(draw, fmt, lowest_scale=0):
     """Valid canonical (codes, scales): finite codes, each block holding one code above fmt_max/2
-    (codes 0x78 .. max code for both formats, which is also >= 2^emax), scales that keep the values
-    inside fp32."""
+    (codes 0x78 .. max code for both formats, which is also >= 2^emax), scales from lowest_scale that
+    keep the values inside fp32."""
     rows, nb = draw(st.integers(1, 3)), draw(st.integers(1, 3))
     finite = [c for c in range(256) if np.isfinite(np.uint8(c).view(ML[fmt]).astype(np.float32))]
     q = draw(arrays(np.uint8, (rows, nb, 32), elements=st.sampled_from(finite)))
@@ -167,17 +178,19 @@ def canonical_pairs(draw, fmt):
         for j in range(nb):
             q[i, j, where[i, j]] = big[i, j] | (0x80 if neg[i, j] else 0)
     top = 127 + 127 - EMAX[fmt] - 1  # 448 * 2^(top-127) stays below 2^128
-    s = draw(arrays(np.uint8, (rows, nb), elements=st.integers(0, top)))
+    s = draw(arrays(np.uint8, (rows, nb), elements=st.integers(lowest_scale, top)))
     return q.reshape(rows, nb * 32), s
 
 
 @pytest.mark.parametrize("fmt", FMTS)
 @pytest.mark.parametrize("rounding", ROUNDINGS)
+@pytest.mark.parametrize("inv_scale", INV_SCALES)
 @SETTINGS
 @given(data=st.data())
-def test_quantize_inverts_dequantize_on_canonical_pairs(fmt, rounding, data):
-    q, s = data.draw(canonical_pairs(fmt))
-    q2, s2 = mx.quantize(mx.dequantize(q, s, fmt=fmt), fmt=fmt, scale_rounding=rounding)
+def test_quantize_inverts_dequantize_on_canonical_pairs(fmt, rounding, inv_scale, data):
+    # te_kernel: a code-0 block quantizes to zeros (inverse 1.0), so only scales from 1 come back
+    q, s = data.draw(canonical_pairs(fmt, lowest_scale=1 if inv_scale == "te_kernel" else 0))
+    q2, s2 = mx.quantize(mx.dequantize(q, s, fmt=fmt), fmt=fmt, scale_rounding=rounding, inv_scale=inv_scale)
     np.testing.assert_array_equal(s2, s)
     np.testing.assert_array_equal(q2, q)
 
@@ -241,25 +254,51 @@ def test_nan_in_block(fmt):
 def test_inf_block(fmt):
     x = np.linspace(-3, 5, 32, dtype=np.float32)[None, :].copy()
     x[0, 0], x[0, 31] = np.inf, -np.inf
-    q, s = mx.quantize(x, fmt=fmt)
+    q, s = mx.quantize(x, fmt=fmt, inv_scale="spec")
     assert s[0, 0] == 0xFE
     assert q[0, 0] == MAX_CODE[fmt] and q[0, 31] == 0x80 | MAX_CODE[fmt]
     assert np.all((q[0, 1:31] & 0x7F) == 0)  # ordinary finite elements flush to +-0
-    # TransformerEngine's kernel convention (inverse scale +0): inf -> NaN, finite -> +-0
-    qt, st_ = _core.mx_quantize(x, fmt, "rceil", inv_scale="te_kernel")
-    assert st_[0, 0] == 0xFE and qt[0, 0] == 0x7F and qt[0, 31] == 0x7F
-    assert np.all((qt[0, 1:31] & 0x7F) == 0)
+    # TransformerEngine's kernel rule, the default (inverse scale +0): inf -> NaN, finite -> +-0
+    for qt, st_ in (mx.quantize(x, fmt=fmt), mx.quantize(x, fmt=fmt, inv_scale="te_kernel"),
+                    _core.mx_quantize(x, fmt, "rceil")):
+        assert st_[0, 0] == 0xFE and qt[0, 0] == 0x7F and qt[0, 31] == 0x7F
+        np.testing.assert_array_equal(qt[0, 1:31], np.where(x[0, 1:31] < 0, 0x80, 0x00))
+    y = mx.dequantize(qt, st_, fmt=fmt)
+    assert np.isnan(y[0, 0]) and np.isnan(y[0, 31]) and np.all(y[0, 1:31] == 0)
 
 
 @pytest.mark.parametrize("fmt", FMTS)
 def test_fp32_subnormal_inputs(fmt):
     x = (np.arange(1, 33, dtype=np.uint32) * np.uint32(0x3FFFF)).view(np.float32)[None, :].copy()
     x[0, ::3] *= -1
-    q, s = mx.quantize(x, fmt=fmt)
+    q, s = mx.quantize(x, fmt=fmt, inv_scale="spec")
     assert s[0, 0] == 0  # amax*R far below 2^-127
     scaled = (x.astype(np.float64) * 2.0**127).astype(np.float32)  # exact
     np.testing.assert_array_equal(q, oracle_encode(scaled, fmt))
     assert np.count_nonzero(q & 0x7F) > 16
+    # te_kernel (the default): code 0 means inverse 1.0, so the whole block quantizes to +-0
+    qt, st_ = mx.quantize(x, fmt=fmt)
+    assert st_[0, 0] == 0
+    np.testing.assert_array_equal(qt, np.where(np.signbit(x), 0x80, 0x00))
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+def test_tiny_amax_block_edge(fmt):
+    """The largest code-0 amax (just above fmt_max * 2^-127) zeros its block under te_kernel; one fp32
+    step higher is code 1, where both rules agree."""
+    a = np.float32(FMT_MAX[fmt] * 2.0**-127)
+    while mx.quantize(np.full((1, 32), np.nextafter(a, np.float32(1)), np.float32), fmt=fmt)[1][0, 0] == 0:
+        a = np.nextafter(a, np.float32(1))
+    x = np.linspace(-1, 1, 32, dtype=np.float32)[None, :] * a
+    q, s = mx.quantize(x, fmt=fmt)
+    assert s[0, 0] == 0 and np.all((q & 0x7F) == 0)
+    qs, ss = mx.quantize(x, fmt=fmt, inv_scale="spec")
+    assert ss[0, 0] == 0 and np.count_nonzero(qs & 0x7F) > 16
+    x[0, 0] = -np.nextafter(a, np.float32(1))
+    q, s = mx.quantize(x, fmt=fmt)
+    qs, ss = mx.quantize(x, fmt=fmt, inv_scale="spec")
+    assert s[0, 0] == ss[0, 0] == 1
+    np.testing.assert_array_equal(q, qs)
 
 
 @pytest.mark.parametrize("fmt", FMTS)
@@ -333,6 +372,8 @@ def test_input_errors():
         mx.quantize(np.zeros((4, 32), np.float32), fmt="e3m4")
     with pytest.raises(ValueError, match="scale_rounding"):
         mx.quantize(np.zeros((4, 32), np.float32), scale_rounding="nearest")
+    with pytest.raises(ValueError, match="inv_scale"):
+        mx.quantize(np.zeros((4, 32), np.float32), inv_scale="exact")
     with pytest.raises(TypeError, match="float32"):
         mx.quantize(np.zeros((4, 32), np.float64))
     with pytest.raises(ValueError, match="scales"):

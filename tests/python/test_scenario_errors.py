@@ -56,6 +56,23 @@ CASES = [
     ("bad_sample_word", "backends:", "verify: {sample: some}\nbackends:", 8, "verify.sample", "all, auto or"),
     ("zero_sample", "backends:", "verify: {sample: 0}\nbackends:", 8, "verify.sample", "all, auto or"),
     ("bool_sample", "backends:", "verify: {sample: true}\nbackends:", 8, "verify.sample", "got bool True"),
+    ("bad_inv_scale", "name: bf16}", "name: mxfp8, inv_scale: exact}", 7, "recipe.inv_scale", "not one of"),
+    ("bad_regime", "backends:", "inputs: {x: {regime: lognormal}}\nbackends:", 8, "inputs.x.regime",
+     "not one of"),
+    ("inf_scale", "backends:", "inputs: {x: {scale: .inf}}\nbackends:", 8, "inputs.x.scale",
+     "must be a finite number, got inf (special values as inputs: inputs.<tensor>.regime: special)"),
+    ("nan_scale", "backends:", "inputs: {x: {outliers: {scale: .nan}}}\nbackends:", 8,
+     "inputs.x.outliers.scale", "must be a finite number, got nan"),
+    ("exponent_without_dot", "backends:", "inputs: {x: {scale: 1e39}}\nbackends:", 8, "inputs.x.scale",
+     "YAML reads 1e39 as text: write it with a dot and a signed exponent, e.g. 1.0e+39"),
+    ("special_without_regime", "backends:", "inputs: {x: {special: {nan: 0.1}}}\nbackends:", 8,
+     "inputs.x.special", "regime: special only"),
+    ("special_fractions_over_1", "backends:",
+     "inputs: {x: {regime: special, special: {nan: 0.6, inf: 0.5}}}\nbackends:", 8, "inputs.x.special",
+     "add up to 1.1"),
+    ("uniform_regime_normal_dist", "backends:", "inputs: {x: {regime: uniform, dist: normal}}\nbackends:", 8,
+     "inputs.x.dist", "regime uniform"),
+    ("inf_skew", "s: 1.0}", "s: .inf}", 5, "routing.skew.s", "must be a finite number"),
 ]
 
 
@@ -148,3 +165,27 @@ def test_router_padding_impossible_is_bad_input(tmp_path):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr == f"moenum: error: {path}:6: dispatch.padding: {e.message}\n"
     assert not list((tmp_path / "results").glob("*.h5"))
+
+
+def test_special_values_where_they_mean_a_value(tmp_path):
+    """YAML's .nan and .inf are values where a value is asked for (a special regime's stated value),
+    1.0e+39 is a number (and becomes inf in bf16); the regimes reach the C++ struct."""
+    text = GOOD.replace("backends:", "inputs:\n  x: {regime: special, special: {value: .nan, value_fraction: 0.5}}\n"
+                        "  dy: {regime: special, special: {value: -.inf, value_fraction: 0.25}}\n"
+                        "  w1: {regime: special, special: {value: 1.0e+39, value_fraction: 0.1}}\n"
+                        "  w2: {regime: near_overflow}\nbackends:")
+    sc = moenum.load_scenarios(_write(tmp_path, text))[0]
+    x = sc.config["inputs"]["x"]
+    assert x["regime"] == "special" and x["special"]["value"] != x["special"]["value"]  # NaN
+    assert sc.config["inputs"]["dy"]["special"]["value"] == float("-inf")
+    core = moenum.scenario.to_core(sc)
+    assert core.inputs["w1"].special.value == 1e39 and core.inputs["w1"].special.value_fraction == 0.1
+    assert core.inputs["w2"].regime == "near_overflow" and core.inputs["x"].regime == "special"
+    assert core.inputs["x"].special.nan == 0.001  # the defaults of the other fractions
+    # the stated values, rounded to bf16, are in the generated inputs
+    p = moenum._core.prepare(core)
+    import numpy as np
+    xs, dys, w1 = (np.asarray(p.inputs[k]) for k in ("x", "dy", "w1"))
+    assert 0.4 < np.isnan(xs).mean() < 0.6
+    assert 0.15 < (dys == -np.inf).mean() < 0.35
+    assert 0.05 < (w1 == np.inf).mean() < 0.15

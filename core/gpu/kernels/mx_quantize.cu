@@ -14,7 +14,7 @@ constexpr int kTileCols = 128;  // four rowwise blocks wide: 128 threads, one of
 // fp32 is exact); thread t then quantizes rowwise block (t / 4, t % 4) and columnwise block t, each
 // through the shared mx_quantize_block, writing its codes back strided.
 __global__ void mx_quantize_kernel(const uint16_t* x, int64_t rows, int64_t cols, Fp8Format fmt, ScaleRounding rnd,
-                                   uint8_t* q_row, uint8_t* s_row, uint8_t* q_col, uint8_t* s_col) {
+                                   InvScaleRule inv, uint8_t* q_row, uint8_t* s_row, uint8_t* q_col, uint8_t* s_col) {
   __shared__ float tile[kTileRows][kTileCols + 1];
   __shared__ uint8_t qr[kTileRows][kTileCols + 4];
   __shared__ uint8_t qc[kTileRows][kTileCols + 4];
@@ -32,10 +32,10 @@ __global__ void mx_quantize_kernel(const uint16_t* x, int64_t rows, int64_t cols
     const int i = t / 4, b = t % 4;
     if (i < nrows && b * kMxBlock < ncols)
       s_row[(r0 + i) * nb + c0 / kMxBlock + b] =
-          mx_quantize_block(&tile[i][b * kMxBlock], 1, &qr[i][b * kMxBlock], 1, fmt, rnd);
+          mx_quantize_block(&tile[i][b * kMxBlock], 1, &qr[i][b * kMxBlock], 1, fmt, rnd, inv);
   }
   if (q_col && nrows == kTileRows && t < ncols)
-    s_col[(r0 / kMxBlock) * cols + c0 + t] = mx_quantize_block(&tile[0][t], kTileCols + 1, &qc[0][t], kTileCols + 4, fmt, rnd);
+    s_col[(r0 / kMxBlock) * cols + c0 + t] = mx_quantize_block(&tile[0][t], kTileCols + 1, &qc[0][t], kTileCols + 4, fmt, rnd, inv);
   __syncthreads();
   for (int i = 0; i < nrows; ++i) {
     if (t < ncols) {
@@ -90,12 +90,13 @@ void launch_mx_dequantize_bf16(const uint8_t* q, const uint8_t* s, int64_t rows,
 }
 
 void launch_mx_quantize_bf16(const uint16_t* x, int64_t rows, int64_t cols, Fp8Format fmt, ScaleRounding rounding,
-                             uint8_t* q_row, uint8_t* s_row, uint8_t* q_col, uint8_t* s_col, cudaStream_t s) {
+                             InvScaleRule inv_scale, uint8_t* q_row, uint8_t* s_row, uint8_t* q_col, uint8_t* s_col,
+                             cudaStream_t s) {
   MOENUM_CHECK(cols % kMxBlock == 0, "mx_quantize: cols must be a multiple of 32");
   MOENUM_CHECK(!q_col || rows % kMxBlock == 0, "mx_quantize: columnwise needs rows % 32 == 0");
   if (rows == 0 || cols == 0) return;
   dim3 grid(static_cast<unsigned>((cols + kTileCols - 1) / kTileCols), static_cast<unsigned>((rows + kTileRows - 1) / kTileRows));
-  mx_quantize_kernel<<<grid, kTileCols, 0, s>>>(x, rows, cols, fmt, rounding, q_row, s_row, q_col, s_col);
+  mx_quantize_kernel<<<grid, kTileCols, 0, s>>>(x, rows, cols, fmt, rounding, inv_scale, q_row, s_row, q_col, s_col);
   MOENUM_CUDA_LAUNCH_CHECK();
 }
 

@@ -12,10 +12,12 @@ namespace moenum::gpu {
 // One pass over a bf16 [rows, cols] tensor (row-major) producing both quantizations:
 //   rowwise:    q_row [rows, cols], s_row [rows, cols/32]    (blocks of 32 along a row)
 //   columnwise: q_col [rows, cols], s_col [rows/32, cols]    (blocks of 32 down a column)
+// Scales rounded by `rounding`, elements multiplied by the inverse scale of `inv_scale` (mx.h).
 // Plain (unswizzled) scale layouts. cols % 32 == 0 is required; the columnwise outputs are written
 // only when rows % 32 == 0 (pass nullptr for them otherwise). Either pair may be nullptr.
 void launch_mx_quantize_bf16(const uint16_t* x, int64_t rows, int64_t cols, Fp8Format fmt, ScaleRounding rounding,
-                             uint8_t* q_row, uint8_t* s_row, uint8_t* q_col, uint8_t* s_col, cudaStream_t s);
+                             InvScaleRule inv_scale, uint8_t* q_row, uint8_t* s_row, uint8_t* q_col, uint8_t* s_col,
+                             cudaStream_t s);
 
 // Dequantize MXFP8 codes to bf16 for the Hopper path of the mxfp8 recipe (no native MXFP8 GEMM on
 // sm_90: each GEMM runs bf16 on the dequantized operand values). out[i, j] = bf16(fp8(q[i, j]) *

@@ -67,19 +67,21 @@ MOENUM_HD float e8m0_to_f32(uint8_t c) {
   return f32_from_bits(static_cast<uint32_t>(c) << 23);
 }
 
-// Code -> 2^(127-c), the factor elements are multiplied by before the FP8 cast. Exact: 0xFE gives the
-// subnormal 2^-127 (0x00400000), code 0 gives 2^127, 0xFF NaN. This is numerics.md and
-// TransformerEngine's CPU reference (tests/cpp/test_common.h exp2f_rcp).
+// Code -> 2^(127-c), the factor elements are multiplied by before the FP8 cast, by the `spec` rule
+// (recipe.inv_scale: spec): exact, 0xFE gives the subnormal 2^-127 (0x00400000), code 0 gives 2^127,
+// 0xFF NaN. This is the OCP reading and TransformerEngine's CPU test reference (tests/cpp/test_common.h
+// exp2f_rcp).
 MOENUM_HD float e8m0_inv_scale(uint8_t c) {
   if (c == kE8M0NaN) return f32_from_bits(0x7FC00000u);
   if (c == kE8M0Max) return f32_from_bits(0x00400000u);
   return f32_from_bits(static_cast<uint32_t>(254 - c) << 23);
 }
 
-// TransformerEngine's GPU kernels (common/util/ptx.cuh exp2f_rcp) differ at the edges: code 0 gives
-// 1.0 (not 2^127), code 0xFE gives +0.0 (bits (254-254)<<23), code 0xFF gives -inf (bits of -1<<23).
-// So in a TE kernel a +-inf block quantizes +-inf to NaN (inf*0) and every finite element to +-0, and
-// a block with 0 < amax <= fmt_max*2^-127 quantizes to zeros. Kept to model TE, not the default.
+// The `te_kernel` rule, the default (numerics.md §5): TransformerEngine's GPU kernels (common/util/
+// ptx.cuh exp2f_rcp: `biased_exp == 0 ? 1 : __int_as_float((254 - biased_exp) << 23)`) differ at the
+// edges: code 0 gives 1.0 (not 2^127), code 0xFE gives +0.0 (bits (254-254)<<23), code 0xFF gives
+// -inf (bits of -1<<23). So a +-inf block quantizes +-inf to NaN (inf*0) and every finite element to
+// +-0, and a block with 0 < amax <= fmt_max*2^-127 (code 0) quantizes to zeros.
 MOENUM_HD float e8m0_inv_scale_te_kernel(uint8_t c) {
   if (c == 0) return 1.0f;
   if (c == kE8M0NaN) return f32_from_bits(0xFF800000u);

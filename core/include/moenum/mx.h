@@ -2,9 +2,11 @@
 //   amax = max |x_i| (NaN elements skipped) -> code = e8m0_{rceil,floor}(amax)
 //   q_i  = fp8_encode(fp32(x_i * 2^(127-code)))          x'_i = fp8_decode(q_i) * 2^(code-127)
 // Consequences, pinned by tests/cpp/test_mx.cpp: a zero block gets code 0x00 and zero codes (-0 keeps
-// its sign, 0x80); an all-NaN block gets code 0x00 and NaN codes 0x7F; a block holding +-inf gets code
-// 0xFE, +-inf -> +-max normal and finite elements -> x*2^-127 rounded, i.e. +-0 unless |x| is huge
-// (> 2^117 for E4M3, > 2^110 for E5M2).
+// its sign, 0x80); an all-NaN block gets code 0x00 and NaN codes 0x7F. A block holding +-inf gets code
+// 0xFE; under the default te_kernel rule (inverse +0.0) +-inf -> NaN 0x7F and finite elements -> +-0,
+// and a block with 0 < amax <= max normal * 2^-127 (code 0, inverse 1.0) quantizes to +-0; under the
+// spec rule (inverse 2^-127) +-inf -> +-max normal and finite elements -> x*2^-127 rounded, i.e. +-0
+// unless |x| is huge (> 2^117 for E4M3, > 2^110 for E5M2).
 // Everything is MOENUM_HD and allocation-free, so a CUDA kernel can call the per-block functions.
 // CUDA code must keep fp32 subnormals (no --use_fast_math / -ftz=true): subnormal inputs scaled by
 // 2^127, amax*R at the rceil edge, the inverse scale of code 0xFE and the scale of code 0 all are.
@@ -20,8 +22,10 @@ namespace moenum {
 
 constexpr int kMxBlock = 32;
 
-// Which 2^(127-code) the quantizer multiplies by; see e8m0.h. Spec is numerics.md (the default).
+// Which 2^(127-code) the quantizer multiplies by (recipe.inv_scale; e8m0.h has both rules).
+// TeKernel, TransformerEngine's kernel rule, is the default (numerics.md §5): what production runs.
 enum class InvScaleRule : uint8_t { Spec = 0, TeKernel = 1 };
+constexpr InvScaleRule kDefaultInvScale = InvScaleRule::TeKernel;
 
 MOENUM_HD float mx_inv_scale(uint8_t code, InvScaleRule rule) {
   return rule == InvScaleRule::Spec ? e8m0_inv_scale(code) : e8m0_inv_scale_te_kernel(code);
@@ -46,7 +50,7 @@ MOENUM_HD float mx_dequantize_element(uint8_t q, uint8_t scale, Fp8Format f) {
 // One block: 32 elements x[0], x[xs], ..., codes to q[0], q[qs], ...; returns the scale code.
 template <Fp8Format F>
 MOENUM_HD uint8_t mx_quantize_block_t(const float* x, ptrdiff_t xs, uint8_t* q, ptrdiff_t qs, ScaleRounding r,
-                                      InvScaleRule rule = InvScaleRule::Spec) {
+                                      InvScaleRule rule = kDefaultInvScale) {
   uint32_t amax = 0;
   for (int i = 0; i < kMxBlock; ++i) amax = mx_amax_bits_update(amax, x[i * xs]);
   const uint8_t code = e8m0_from_amax(f32_from_bits(amax), F, r);
@@ -56,7 +60,7 @@ MOENUM_HD uint8_t mx_quantize_block_t(const float* x, ptrdiff_t xs, uint8_t* q, 
 }
 
 MOENUM_HD uint8_t mx_quantize_block(const float* x, ptrdiff_t xs, uint8_t* q, ptrdiff_t qs, Fp8Format f,
-                                    ScaleRounding r, InvScaleRule rule = InvScaleRule::Spec) {
+                                    ScaleRounding r, InvScaleRule rule = kDefaultInvScale) {
   return f == Fp8Format::E4M3 ? mx_quantize_block_t<Fp8Format::E4M3>(x, xs, q, qs, r, rule)
                               : mx_quantize_block_t<Fp8Format::E5M2>(x, xs, q, qs, r, rule);
 }
@@ -72,7 +76,7 @@ MOENUM_HD void mx_dequantize_block(const uint8_t* q, ptrdiff_t qs, uint8_t scale
 // The caller checks the divisibility. Blocks are independent: any split of the loops over threads
 // gives the same bytes.
 MOENUM_HD void mx_quantize_rowwise(const float* x, int64_t rows, int64_t cols, uint8_t* q, uint8_t* scales,
-                                   Fp8Format f, ScaleRounding r, InvScaleRule rule = InvScaleRule::Spec) {
+                                   Fp8Format f, ScaleRounding r, InvScaleRule rule = kDefaultInvScale) {
   const int64_t nb = cols / kMxBlock;
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t b = 0; b < nb; ++b) {
@@ -83,7 +87,7 @@ MOENUM_HD void mx_quantize_rowwise(const float* x, int64_t rows, int64_t cols, u
 
 MOENUM_HD void mx_quantize_columnwise(const float* x, int64_t rows, int64_t cols, uint8_t* q,
                                       uint8_t* scales, Fp8Format f, ScaleRounding r,
-                                      InvScaleRule rule = InvScaleRule::Spec) {
+                                      InvScaleRule rule = kDefaultInvScale) {
   // Column after column inside one 32-row strip, so neighbouring blocks share cache lines.
   for (int64_t rb = 0; rb < rows / kMxBlock; ++rb)
     for (int64_t j = 0; j < cols; ++j) {

@@ -26,7 +26,7 @@ MOENUM_HD double uniform(uint64_t seed, uint64_t stream, uint64_t index) {
 // Named streams, one per tensor; new streams get new numbers, old ones never change.
 enum Stream : uint64_t {
   kX = 1, kW1 = 2, kB1 = 3, kW2 = 4, kB2 = 5, kDy = 6, kGumbel = 7, kPopularity = 8,
-  kPermuteExperts = 9, kCountsShuffle = 10, kOutliers = 11,
+  kPermuteExperts = 9, kCountsShuffle = 10, kOutliers = 11, kSpecial = 12,
 };
 
 }  // namespace moenum::rng

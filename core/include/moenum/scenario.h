@@ -45,14 +45,36 @@ struct RecipeConfig {
   std::string scale_rounding = "rceil";  // rceil | floor
   std::string grad_format = "e4m3";  // e4m3 | e5m2
   std::string bias_mode = "separate";  // separate | epilogue
+  std::string inv_scale = "te_kernel";  // te_kernel | spec: the MXFP8 inverse scale (moenum/mx.h)
 };
 
-// How one input tensor's values are drawn (numerics.md §2, "Input values").
+// Regime `special`: the fractions of a tensor's elements replaced by special values (each element
+// independently, from its own random stream); the others are drawn as in regime `normal`.
+struct SpecialValues {
+  double nan = 0.001;
+  double inf = 0.001;                // +inf or -inf, even odds
+  double subnormal = 0.01;           // +-bf16 subnormals (fp32 subnormals too): k * 2^-133, 1 <= k < 128
+  double huge = 0.001;               // +-[2^127, 1.99 * 2^127]: finite, near the bf16/fp32 overflow
+  double value = 0.0;                // a stated value (NaN and +-inf allowed), rounded to bf16 ...
+  double value_fraction = 0.0;       // ... at this fraction
+  double total() const { return nan + inf + subnormal + huge + value_fraction; }
+};
+
+// How one input tensor's values are drawn (numerics.md §2, "Input values"; problem.cpp).
+//   normal, uniform  the distribution (dist) times the default std (1 for x/dy, 1/sqrt(fan_in) for
+//                    weights, 0.1 for biases) times scale
+//   subnormal        dist * 2^-130 * scale: bf16/fp32 subnormals (|v| < 2^-126), whatever the tensor
+//   near_overflow    dist * 2^124 * scale: |v| up to about 2^127, next to the bf16/fp32 max (2^128)
+//   special          as normal, with the fractions of `special` replaced by NaN, +-inf, subnormals,
+//                    huge values and a stated value
+// Outliers (a fraction multiplied by outlier_scale) apply in every regime.
 struct InputRegime {
-  std::string dist = "normal";       // normal | uniform
-  double scale = 1.0;                // multiplies the default std (1 for x/dy, 1/sqrt(fan_in) for weights)
+  std::string dist = "normal";       // normal | uniform (regime uniform: always uniform)
+  double scale = 1.0;
   double outlier_fraction = 0.0;     // fraction of elements multiplied by outlier_scale
   double outlier_scale = 1.0;
+  std::string regime = "normal";     // normal | uniform | subnormal | near_overflow | special
+  SpecialValues special;
 };
 
 struct OutputConfig {
