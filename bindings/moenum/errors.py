@@ -1,4 +1,4 @@
-"""Errors that map to the CLI's exit codes: bad input (2) and a failed check (1)."""
+"""Errors that map to the CLI's exit codes: bad input (2) and a failed environment (3)."""
 from __future__ import annotations
 
 
@@ -16,3 +16,8 @@ class ScenarioError(MoenumError, ValueError):
         if file:
             where = f"{file}:{line}: " if line else f"{file}: "
         super().__init__(f"{where}{key + ': ' if key else ''}{message}")
+
+
+class EnvironmentFailure(MoenumError):
+    """The machine, not the input, is at fault: a full disk, an unwritable output folder, a point that
+    cannot fit in memory. One line that says what and where; the CLI exits with code 3."""
