@@ -42,9 +42,17 @@ py::array tensor_view(Tensor& t, py::handle owner) {
                    owner);
 }
 
-py::dict tensors_to_dict(std::map<std::string, Tensor>& m, py::handle owner) {
+// Each tensor moves into a capsule of its own that lives as long as its array: dropping one array
+// (a backend's stage tensors once checked) frees that tensor, whatever else the caller keeps.
+py::dict tensors_to_dict(std::map<std::string, Tensor>&& m) {
   py::dict d;
-  for (auto& [name, t] : m) d[py::str(name)] = py::make_tuple(tensor_view(t, owner), t.dtype);
+  for (auto& [name, t] : m) {
+    auto owned = std::make_unique<Tensor>(std::move(t));
+    py::capsule owner(owned.get(), [](void* p) { delete static_cast<Tensor*>(p); });
+    Tensor& kept = *owned.release();
+    d[py::str(name)] = py::make_tuple(tensor_view(kept, owner), kept.dtype);
+  }
+  m.clear();
   return d;
 }
 
@@ -186,15 +194,11 @@ void bind(py::module_& m) {
       py::gil_scoped_release release;
       r = backend->run(RunContext{sc, p.problem, p.routing, p.plan});
     }
-    // The result moves into a capsule that owns it for as long as any of its arrays lives.
-    auto owned = std::make_unique<BackendResult>(std::move(r));
-    py::capsule owner(owned.get(), [](void* p) { delete static_cast<BackendResult*>(p); });
-    BackendResult& res = *owned.release();
     py::dict d;
-    d["outputs"] = tensors_to_dict(res.outputs, owner);
-    d["stages"] = tensors_to_dict(res.stages, owner);
-    d["attrs"] = res.attrs;
-    d["seconds"] = res.seconds;
+    d["outputs"] = tensors_to_dict(std::move(r.outputs));
+    d["stages"] = tensors_to_dict(std::move(r.stages));
+    d["attrs"] = r.attrs;
+    d["seconds"] = r.seconds;
     return d;
   }, py::arg("name"), py::arg("prepared"), py::arg("keep_stages") = py::none(), py::arg("weights") = py::none(),
      "Run one backend; returns outputs, stages, attrs, seconds. keep_stages overrides output.intermediates, "

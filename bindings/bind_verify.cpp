@@ -272,9 +272,20 @@ void bind(py::module_& m) {
   m.def("bitwise_diff", [](const py::object& a, const py::object& b) {
     ViewArena arena;
     const View va = arena.view(a, "fp64"), vb = arena.view(b, "fp64");
-    const BitwiseDiff d = bitwise_diff(va, vb);
+    BitwiseDiff d;
+    {
+      py::gil_scoped_release release;
+      d = bitwise_diff(va, vb);
+    }
     return py::make_tuple(d.same_shape, d.differing, d.first);
   }, py::arg("a"), py::arg("b"), "(same_shape, differing elements, first differing flat index or -1), bitwise.h");
+
+  m.def("count_nonfinite", [](const py::object& a) {
+    ViewArena arena;
+    const View v = arena.view(a, "fp64");
+    py::gil_scoped_release release;
+    return count_nonfinite(v);
+  }, py::arg("a"), "Elements of a that are NaN or +-inf");
 
   m.def("ulp_distance", [](const py::object& v, const py::object& ref, const std::string& grid) {
     ViewArena arena;

@@ -6,6 +6,9 @@
 
 namespace moenum::reference {
 
-Matrix gemm_nt_f64_seq(const Matrix& A, const Matrix& B, const Vector* bias = nullptr);
+// kBest: the AVX2 tile where the CPU has it; kPortable: the scalar/SSE2 tile (same bits, tested).
+enum class KOrderedKernel { kBest, kPortable };
+Matrix gemm_nt_f64_seq(const Matrix& A, const Matrix& B, const Vector* bias = nullptr,
+                       KOrderedKernel kernel = KOrderedKernel::kBest);
 
 }  // namespace moenum::reference

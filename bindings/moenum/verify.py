@@ -73,7 +73,7 @@ def output_checks(name: str, result: dict, expected: dict) -> dict:
     outs = result.get("outputs", {})
     missing = [t for t in expected if t not in outs]
     bad_shape = [t for t, shape in expected.items() if t in outs and tuple(outs[t][0].shape) != shape]
-    nonfinite = [t for t, (v, _) in outs.items() if not np.all(np.isfinite(v))]
+    nonfinite = [t for t, (v, _) in outs.items() if _core.count_nonfinite(v)]
     ok = not (missing or bad_shape or nonfinite)
     detail = "; ".join(filter(None, [
         missing and f"missing {', '.join(missing)}",

@@ -144,12 +144,25 @@ BitwiseDiff bitwise_diff(const View& a, const View& b) {
     d.same_shape = false;
     return d;
   }
-  for (int64_t i = 0; i < a.size(); ++i)
+  const int64_t n = a.size();
+  int64_t differing = 0, first = n;
+#pragma omp parallel for schedule(static) reduction(+ : differing) reduction(min : first)
+  for (int64_t i = 0; i < n; ++i)
     if (!same_bits(a.at(i), b.at(i), Grid::kF64)) {
-      if (d.first < 0) d.first = i;
-      ++d.differing;
+      ++differing;
+      first = std::min(first, i);
     }
+  d.differing = differing;
+  d.first = first < n ? first : -1;
   return d;
+}
+
+int64_t count_nonfinite(const View& v) {
+  const int64_t n = v.size();
+  int64_t count = 0;
+#pragma omp parallel for schedule(static) reduction(+ : count)
+  for (int64_t i = 0; i < n; ++i) count += !std::isfinite(v.at(i));
+  return count;
 }
 
 }  // namespace moenum::verify

@@ -54,4 +54,7 @@ struct BitwiseDiff {
 };
 BitwiseDiff bitwise_diff(const View& a, const View& b);
 
+// Elements that are NaN or +-inf (the outputs-complete check).
+int64_t count_nonfinite(const View& v);
+
 }  // namespace moenum::verify

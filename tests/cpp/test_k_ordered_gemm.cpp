@@ -50,12 +50,14 @@ void expect_same_bits(const Matrix& got, const Matrix& want) {
 
 TEST(KOrderedGemm, BitIdenticalToTheTextbookLoopOnEveryShape) {
   std::mt19937_64 rng(7);
-  // edges of the 4 x 4 register tile, the 256-wide panel and the 256-deep K chunk
+  // edges of the 4 x 4 and 4 x 8 register tiles, the 256-wide panel and the 256-deep K chunk
   for (auto [M, N, K] : {std::tuple{1, 1, 1}, {3, 7, 5}, {4, 8, 256}, {5, 9, 257}, {37, 263, 600}, {64, 512, 513}}) {
     const Matrix A = random_matrix(M, K, rng), B = random_matrix(N, K, rng);
     const Vector bias = random_matrix(N, 1, rng).col(0);
-    expect_same_bits(gemm_nt_f64_seq(A, B), textbook(A, B, nullptr));
-    expect_same_bits(gemm_nt_f64_seq(A, B, &bias), textbook(A, B, &bias));
+    for (KOrderedKernel kernel : {KOrderedKernel::kBest, KOrderedKernel::kPortable}) {
+      expect_same_bits(gemm_nt_f64_seq(A, B, nullptr, kernel), textbook(A, B, nullptr));
+      expect_same_bits(gemm_nt_f64_seq(A, B, &bias, kernel), textbook(A, B, &bias));
+    }
   }
 }
 
@@ -67,5 +69,6 @@ TEST(KOrderedGemm, SignedZerosAndNonFiniteValuesAsTheTextbookLoop) {
   A(2, 7) = std::numeric_limits<double>::infinity();
   A(3, 8) = std::numeric_limits<double>::quiet_NaN();
   B(4, 9) = -std::numeric_limits<double>::infinity();
-  expect_same_bits(gemm_nt_f64_seq(A, B), textbook(A, B, nullptr));
+  for (KOrderedKernel kernel : {KOrderedKernel::kBest, KOrderedKernel::kPortable})
+    expect_same_bits(gemm_nt_f64_seq(A, B, nullptr, kernel), textbook(A, B, nullptr));
 }

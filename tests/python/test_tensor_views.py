@@ -44,3 +44,14 @@ def test_backend_results_are_views_in_their_storage_dtype(tiny_config):
         del out, arrays
         gc.collect()
         assert np.array_equal(y, want), "the array keeps the backend's result alive"
+
+
+def test_each_result_tensor_has_its_own_owner(tiny_config):
+    """Dropping a backend's stage arrays frees their memory even while its outputs are kept: no two
+    arrays of one result share an owner."""
+    p = prepared(tiny_config)
+    out = _core.run_backend("reference", p, True)
+    arrays = [v for v, _ in [*out["outputs"].values(), *out["stages"].values()]]
+    assert len(arrays) > 10
+    owners = {id(a.base) for a in arrays}
+    assert len(owners) == len(arrays)
