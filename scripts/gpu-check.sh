@@ -5,6 +5,8 @@
 #
 #   scripts/gpu-check.sh [STAGE...]     stages: build tests sanitize scenarios verify robust nightly scale bench
 #                                       (default: all; the Python package is built for scenarios, verify, nightly and scale)
+#                                       and, on request only, baseline: writes $OUT/baselines/<arch>.json
+#                                       (the nightly suite on this GPU) to copy into baselines/ and commit
 #
 # Offline machines: packages the machine lacks can sit in .gpudeps/ (ignored by git):
 #   nvidia_cutlass-*.whl   CUTLASS C++ headers (unpacked with pip --target, found via CUTLASS_INCLUDE_DIR)
@@ -79,14 +81,15 @@ if want sanitize && [ -x $BUILD/moenum_gpu_tests ] && command -v compute-sanitiz
 fi
 
 # ---- the Python package: needed by the scenarios, verify, nightly and scale stages ----------------
-if want scenarios || want verify || want robust || want nightly || want scale; then
+if want scenarios || want verify || want robust || want nightly || want scale || want baseline; then
   # The Python module built by CMake into the same tree (incremental: only the bindings compile),
   # then the package run from a temporary copy of bindings/moenum: no pip install needed offline.
   {
     cmake -S . -B $BUILD -DMOENUM_PYTHON=ON -Dpybind11_DIR="$(python3 -m pybind11 --cmakedir)" "${CMAKE_EXTRA[@]}" \
       && cmake --build $BUILD -j "$JOBS" --target _core \
       && rm -rf /tmp/moenum-py && mkdir -p /tmp/moenum-py && cp -r bindings/moenum /tmp/moenum-py/ \
-      && cp $BUILD/_core*.so /tmp/moenum-py/moenum/
+      && cp $BUILD/_core*.so /tmp/moenum-py/moenum/ \
+      && cp -r scenarios /tmp/moenum-py/moenum/scenarios
   } >"$OUT/package.log" 2>&1 || note package FAILED "see package.log: $(grep -m1 -E 'error|Error' "$OUT/package.log")"
 fi
 
@@ -123,13 +126,26 @@ if want robust && [ -d /tmp/moenum-py/moenum ]; then
 fi
 
 # ---- the nightly gate with the GPU backends -------------------------------------------------------
+# (the GPU required; against baselines/<arch>.json once a GPU baseline is committed there)
 if want nightly && [ -d /tmp/moenum-py/moenum ]; then
   t0=$SECONDS
+  BASELINE=()
+  compgen -G "baselines/sm_*.json" >/dev/null && BASELINE=(--baseline baselines)
   OMP_NUM_THREADS=2 PYTHONPATH=/tmp/moenum-py timeout 300 python3 -m moenum nightly -j 8 -o /tmp/moenum-nightly \
-    --junit "$OUT/nightly-junit.xml" >"$OUT/nightly.log" 2>&1
+    --require gpu "${BASELINE[@]}" --junit "$OUT/nightly-junit.xml" >"$OUT/nightly.log" 2>&1
   rc=$?
   [ $rc -eq 0 ] && note nightly ok "$((SECONDS - t0)) s; $(tail -1 "$OUT/nightly.log")" \
                 || note nightly FAILED "rc $rc; $(tail -1 "$OUT/nightly.log")"
+fi
+
+# ---- a GPU baseline for the nightly gate (on request): $OUT/baselines/<arch>.json ------------------
+if want baseline && [ -d /tmp/moenum-py/moenum ]; then
+  t0=$SECONDS
+  OMP_NUM_THREADS=2 PYTHONPATH=/tmp/moenum-py timeout 300 python3 -m moenum nightly -j 8 -o /tmp/moenum-baseline \
+    --require gpu --baseline "$OUT/baselines" --update-baseline >"$OUT/baseline.log" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] && note baseline ok "$((SECONDS - t0)) s; wrote $(ls "$OUT"/baselines/*.json | tr '\n' ' ')(copy into baselines/)" \
+                || note baseline FAILED "rc $rc; $(tail -1 "$OUT/baseline.log")"
 fi
 
 # ---- verification at production scale: a Qwen3-30B-A3B layer end to end (bench/verify_scale.py) -------

@@ -8,7 +8,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['BackendTraits', 'CLASSES', 'ConfigError', 'DISPOSITIONS', 'DispatchConfig', 'GEMMS', 'InputRegime', 'InternalError', 'ModelConfig', 'OutputConfig', 'Prepared', 'RecipeConfig', 'RoutingConfig', 'STAGES', 'Scenario', 'SkewConfig', 'accumulator_interval', 'backend_availability', 'backend_names', 'backend_traits', 'backends', 'bitwise_diff', 'built_with_cuda', 'check_stages', 'e8m0_from_amax', 'e8m0_from_f32_rceil', 'e8m0_inv_scale', 'e8m0_to_f32', 'error_stats', 'exact_gemm_nt', 'fp8_decode', 'fp8_encode', 'gamma', 'gpu_description', 'gpu_memory', 'grid_step', 'mx_dequantize', 'mx_quantize', 'prepare', 'round_to', 'run_backend', 'ulp_distance']
+__all__: list[str] = ['BackendTraits', 'CLASSES', 'ConfigError', 'DISPOSITIONS', 'DispatchConfig', 'GEMMS', 'InputRegime', 'InternalError', 'ModelConfig', 'OutputConfig', 'Prepared', 'RecipeConfig', 'RoutingConfig', 'STAGES', 'Scenario', 'SkewConfig', 'accumulator_interval', 'backend_availability', 'backend_names', 'backend_traits', 'backends', 'bitwise_diff', 'built_with_cuda', 'check_stages', 'count_nonfinite', 'e8m0_from_amax', 'e8m0_from_f32_rceil', 'e8m0_inv_scale', 'e8m0_to_f32', 'error_stats', 'exact_gemm_nt', 'fp8_decode', 'fp8_encode', 'gamma', 'gpu_description', 'gpu_memory', 'grid_step', 'mx_dequantize', 'mx_quantize', 'prepare', 'round_to', 'run_backend', 'ulp_distance']
 class ConfigError(ValueError):
     key: typing.ClassVar[str] = ''
     message: typing.ClassVar[str] = ''
@@ -262,6 +262,10 @@ def check_stages(backend: str, prepared: ..., tensors: dict, sample: typing.Any 
     applicable stage of STAGES (status, class counts, per-expert counts and ULPs, first failure,
     probes), passed, detail (the verdict)}. sample: None/'all', 'auto' or elements
     per (stage, expert) for the GEMM stages.
+    """
+def count_nonfinite(a: typing.Any) -> int:
+    """
+    Elements of a that are NaN or +-inf
     """
 def e8m0_from_amax(amax: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], fmt: str, scale_rounding: str = 'rceil') -> numpy.typing.NDArray[numpy.uint8]:
     """

@@ -1,4 +1,4 @@
-"""`moenum bench`: the benchmark drivers of bench/, run from a source checkout.
+"""`moenum bench`: the benchmark drivers of bench/, run from a source checkout (an editable install).
 
 --cpu: the smoke run's wall time, the reference GEMM beside Eigen's fp64 GEMM, and MXFP8 quantize
 throughput beside numpy and ml_dtypes. --gpu: the grouped GEMM engines beside torch._grouped_mm
@@ -11,23 +11,28 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .errors import ScenarioError
+from .errors import EnvironmentFailure, ScenarioError
+
+DRIVERS = ("bench/cpu-bench.sh", "bench/bench_mx_quantize.py", "scripts/gpu-check.sh")
 
 
 def source_root() -> Path:
+    """The checkout this package is imported from (an editable install); an installed wheel has no
+    bench drivers (they build C++ drivers from the sources), so it says where to get them."""
     root = Path(__file__).resolve().parents[2]
-    if not (root / "bench").is_dir() or not (root / "scripts").is_dir():
-        raise ScenarioError("moenum bench runs from a source checkout (bench/ and scripts/ not found "
-                            f"next to {Path(__file__).parent})", key="bench")
+    if not all((root / d).is_file() for d in DRIVERS):
+        raise EnvironmentFailure("moenum bench needs a source checkout (its drivers build from bench/ and "
+                                 "scripts/, which an installed package does not carry): clone moenum, run "
+                                 "scripts/setup.sh, then .venv/bin/moenum bench")
     return root
 
 
 def run_bench(cpu: bool, gpu: bool, peer: str | None) -> int:
-    root = source_root()
     if peer not in (None, "torch"):
         raise ScenarioError(f"unknown peer '{peer}' (known: torch)", key="--peer")
     if peer and not gpu:
         raise ScenarioError("--peer torch is a GPU comparison: use it with --gpu", key="--peer")
+    root = source_root()
     commands = []
     if cpu or not gpu:
         commands += [["bash", str(root / "bench/cpu-bench.sh")],

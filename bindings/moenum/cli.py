@@ -1,4 +1,4 @@
-"""The `moenum` command: run, nightly, bench, report.
+"""The `moenum` command: run, nightly, bench, report, scenarios.
 
 Exit codes of run and nightly (interfaces.md): 0 a backend under test passed and nothing failed, 1
 something failed or errored, 2 bad input (one clear message, no traceback), 3 the environment failed
@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from . import interrupt
+from . import bundled, interrupt
 from .disposition import ERROR, FAILED, NOT_VERIFIED, PASSED, Disposition
 from .errors import EnvironmentFailure, ScenarioError
 
@@ -42,10 +41,12 @@ def _backend_counts(results) -> str:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="moenum", description="Numerics harness for MoE grouped linear layers")
+    p.add_argument("--version", action=_VersionAction, help="print the version and the git commit, then exit")
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run scenario files and write one HDF5 results file per point")
     run.add_argument("scenarios", nargs="+",
-                     help="scenario YAML files or folders, or results files (.h5) to run their point again")
+                     help="scenario YAML files or folders, bundled scenarios by name (moenum scenarios), or "
+                          "results files (.h5) to run their point again")
     run.add_argument("-o", "--out", default="results", help="output folder (default: results)")
     run.add_argument("--backends", help="comma-separated backends, overriding the scenario's list")
     run.add_argument("-j", "--jobs", type=int, default=1, help="scenario points run in parallel")
@@ -58,10 +59,16 @@ def _parser() -> argparse.ArgumentParser:
                      help="fault injection (harness self-test), repeatable: BACKEND:TENSOR[i,j,...]+=Nulp or "
                           "+=<number>, e.g. 'cpu.eigen:dw1[3,5,7]+=1ulp'; points then run one by one")
     nig = sub.add_parser("nightly", help="the CI gate: run a suite, JUnit XML, regressions against a baseline")
-    nig.add_argument("--suite", default="scenarios/nightly", help="scenario folder or file (default: scenarios/nightly)")
+    nig.add_argument("--suite", default="nightly",
+                     help="scenario folder or file, or a bundled suite by name (default: nightly, scenarios/nightly)")
     nig.add_argument("-o", "--out", default="results/nightly", help="output folder; nightly.json summary goes there")
     nig.add_argument("--junit", help="write a JUnit XML report here")
-    nig.add_argument("--baseline", help="an earlier nightly.json (or its folder) to compare errors against")
+    nig.add_argument("--baseline", help="an earlier nightly.json, or a folder holding one or per-architecture "
+                                        "baselines <arch>.json (e.g. baselines/), to compare errors against")
+    nig.add_argument("--update-baseline", action="store_true",
+                     help="write this run's summary as the baseline (with --baseline) and print what changed")
+    nig.add_argument("--require", action="append", choices=["gpu"], default=[],
+                     help="gpu: exit 3 up front when no CUDA GPU is usable (GPU runners)")
     nig.add_argument("--regression-factor", type=float, default=2.0,
                      help="an error more than this many times its baseline is a regression (default 2)")
     nig.add_argument("-j", "--jobs", type=int, default=1, help="scenario points run in parallel")
@@ -73,10 +80,28 @@ def _parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="print the error table of a results file or folder")
     rep.add_argument("path", help="a results .h5 file or a folder of them")
     rep.add_argument("--by", help="group by these columns, e.g. tensor,expert")
-    rep.add_argument("--limit", type=int, help="show only the worst N rows")
+    rep.add_argument("--limit", type=int, help="show only the worst N rows (N >= 1; in a summary, the worst N points)")
     rep.add_argument("--stages", action="store_true",
                      help="also the teacher-forced stage checks (per expert with --by ...expert)")
+    shape = rep.add_mutually_exclusive_group()
+    shape.add_argument("--summary", action="store_true", default=None,
+                       help="one line per point: verdict, worst tensor vs golden, bound violations, failed "
+                            "checks (the default for a folder)")
+    shape.add_argument("--full", dest="summary", action="store_false", default=None, help="every point's error table")
+    sub.add_parser("scenarios", help="list the bundled scenarios (run one by name: moenum run smoke)")
     return p
+
+
+class _VersionAction(argparse.Action):
+    """--version, computed only when asked (it asks git)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from .provenance import version_line
+        print(version_line())
+        parser.exit()
 
 
 def _cmd_run(args) -> int:
@@ -85,6 +110,7 @@ def _cmd_run(args) -> int:
     if args.jobs < 1:
         raise ScenarioError(f"-j must be >= 1, got {args.jobs}", key="-j")
     backends = [b.strip() for b in args.backends.split(",") if b.strip()] if args.backends else None
+    args.scenarios = [bundled.resolve(s) for s in args.scenarios]
     if args.inject:
         camp = _run_injected(args, backends)
     else:
@@ -145,8 +171,10 @@ def _run_injected(args, backends):
 def _cmd_nightly(args) -> int:
     from .nightly import run_nightly
     from .disposition import combine
-    camp, found = run_nightly(args.suite, out=args.out, junit=args.junit, baseline=args.baseline,
-                              factor=args.regression_factor, jobs=args.jobs, quiet=args.quiet)
+    camp, found, changes = run_nightly(bundled.resolve(args.suite), out=args.out, junit=args.junit,
+                                       baseline=args.baseline, factor=args.regression_factor, jobs=args.jobs,
+                                       quiet=args.quiet, update_baseline=args.update_baseline,
+                                       require=args.require)
     if not args.quiet:
         for r in camp.results:
             for b, d in r.disposition.items():
@@ -154,6 +182,8 @@ def _cmd_nightly(args) -> int:
                     print(f"{r.name} {b}: {d} {r.reasons.get(b, '')}")
     for f in found:
         print(f"regression: {f}")
+    for c in changes:
+        print(f"baseline: {c}")
     bad_checks = [n for n, (ok, _) in camp.checks.items() if not ok]
     for n in bad_checks:
         print(f"check FAILED {n}: {camp.checks[n][1]}")
@@ -165,24 +195,15 @@ def _cmd_nightly(args) -> int:
 
 
 def _cmd_report(args) -> int:
-    from .report import format_table
-    from .result import open_results
-    path = Path(args.path)
-    files = sorted(path.glob("*.h5")) if path.is_dir() else [path]
-    if not files:
-        raise ScenarioError("no results files (*.h5) in this folder", str(path))
+    from .report import report
     by = [c.strip() for c in args.by.split(",")] if args.by else None
-    for f in files:
-        r = open_results(f)
-        print(f"== {r.name}  ({f})")
-        try:
-            print(format_table(r.errors, by=by, limit=args.limit))
-        except KeyError as e:
-            raise ScenarioError(str(e.args[0]), key="--by") from None
-        if args.stages:
-            from .report import format_stage_table
-            print(f"-- stage checks (teacher-forced) of {r.name}")
-            print(format_stage_table(r.stage_table, per_expert=bool(by and "expert" in by), limit=args.limit))
+    return report(args.path, by=by, limit=args.limit, stages=args.stages, summary=args.summary)
+
+
+def _cmd_scenarios(args) -> int:
+    for name in bundled.names():
+        print(f"{name:<16} {bundled.describe(name)}")
+    print(f"# {len(bundled.names())} bundled scenarios in {bundled.scenarios_dir()} (moenum run NAME)")
     return 0
 
 
@@ -203,6 +224,8 @@ def _command(args) -> int:
     if args.command == "bench":
         from .bench import run_bench
         return run_bench(args.cpu, args.gpu, args.peer)
+    if args.command == "scenarios":
+        return _cmd_scenarios(args)
     return _cmd_report(args)
 
 

@@ -1,4 +1,4 @@
-"""Errors that map to the CLI's exit codes: bad input (2) and a failed environment (3)."""
+"""Errors that map to the CLI's exit codes: bad input (2), a failed environment (3)."""
 from __future__ import annotations
 
 
@@ -20,4 +20,5 @@ class ScenarioError(MoenumError, ValueError):
 
 class EnvironmentFailure(MoenumError):
     """The machine, not the input, is at fault: a full disk, an unwritable output folder, a point that
-    cannot fit in memory. One line that says what and where; the CLI exits with code 3."""
+    cannot fit in memory, a broken install, no GPU where one is required. One clear line that says
+    what and where; the CLI exits with code 3."""

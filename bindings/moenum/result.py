@@ -57,7 +57,19 @@ class RunResult:
 
 
 def open_results(path) -> RunResult:
-    """Read a results file back into the same object `moenum.run` returns."""
+    """Read a results file back into the same object `moenum.run` returns. A file that is not one
+    (a foreign HDF5 file, a missing group or attribute, a damaged dataset) is bad input naming it."""
+    from .errors import ScenarioError
+    try:
+        return _read_results(path)
+    except (KeyError, ValueError, TypeError, OSError, yaml.YAMLError) as e:
+        if isinstance(e, ScenarioError):
+            raise
+        reason = str(e.args[0] if e.args else e).strip() or type(e).__name__
+        raise ScenarioError(f"not a readable moenum results file ({reason})", str(path)) from None
+
+
+def _read_results(path) -> RunResult:
     from .results_io import open_file, records_to_errors
     with open_file(path) as f:
         cfg = yaml.safe_load(f.attrs["scenario_yaml"])
