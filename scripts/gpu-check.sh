@@ -4,9 +4,9 @@
 # input-regime scenarios among them), and the GEMM bench with its
 # torch._grouped_mm peer; logs go to $OUT (default build/gpu-check), a summary table is printed last.
 #
-#   scripts/gpu-check.sh [STAGE...]     stages: build tests sanitize scenarios verify external nightly scale bench
-#                                       (default: all; the Python package is built for scenarios, verify,
-#                                       external, nightly and scale)
+#   scripts/gpu-check.sh [STAGE...]     stages: build tests sanitize scenarios verify external robust nightly
+#                                       scale bench (default: all; the Python package is built for scenarios,
+#                                       verify, external, robust, nightly and scale)
 #                                       and, on request only, baseline: writes $OUT/baselines/<arch>.json
 #                                       (the nightly suite on this GPU) to copy into baselines/ and commit
 #
@@ -24,7 +24,7 @@ ROOT=$PWD
 OUT=${OUT:-$ROOT/build/gpu-check}
 mkdir -p "$OUT"
 STAGES=("$@")
-[ ${#STAGES[@]} -eq 0 ] && STAGES=(build tests sanitize scenarios verify external nightly scale bench)
+[ ${#STAGES[@]} -eq 0 ] && STAGES=(build tests sanitize scenarios verify external robust nightly scale bench)
 want() { local s; for s in "${STAGES[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 export PATH="/usr/local/cuda/bin:$PATH"
 JOBS=$(nproc)
@@ -90,8 +90,8 @@ if want sanitize && [ -x $BUILD/moenum_gpu_tests ] && command -v compute-sanitiz
   done
 fi
 
-# ---- the Python package: needed by the scenarios, verify, external, nightly and scale stages -------
-if want scenarios || want verify || want external || want nightly || want scale || want baseline; then
+# ---- the Python package: needed by the scenarios, verify, external, robust, nightly and scale stages
+if want scenarios || want verify || want external || want robust || want nightly || want scale || want baseline; then
   # The Python module built by CMake into the same tree (incremental: only the bindings compile),
   # then the package run from a temporary copy of bindings/moenum: no pip install needed offline.
   {
@@ -139,6 +139,16 @@ if want external && [ -d /tmp/moenum-py/moenum ]; then
   rc=$?
   [ $rc -eq 0 ] && note external ok "$((SECONDS - t0)) s; $(tail -1 "$OUT/external.log")" \
                 || note external FAILED "rc $rc; $(tail -1 "$OUT/external.log")"
+fi
+
+# ---- campaigns on a GPU machine: --resume reruns GPU backends that were not_run, GPU memory refusal ----
+if want robust && [ -d /tmp/moenum-py/moenum ]; then
+  t0=$SECONDS
+  PYTHONPATH=/tmp/moenum-py timeout 300 python3 -m pytest -q -p no:cacheprovider -o addopts="" -rs \
+    tests/python/test_resume.py tests/python/test_resources.py -k "gpu or huge or 24_gb" >"$OUT/robust.log" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] && note robust ok "$((SECONDS - t0)) s; $(tail -1 "$OUT/robust.log")" \
+                || note robust FAILED "rc $rc; $(tail -1 "$OUT/robust.log")"
 fi
 
 # ---- the nightly gate with the GPU backends -------------------------------------------------------

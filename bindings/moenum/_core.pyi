@@ -8,7 +8,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['BackendTraits', 'CLASSES', 'ConfigError', 'DISPOSITIONS', 'DispatchConfig', 'GEMMS', 'InputRegime', 'InternalError', 'ModelConfig', 'OutputConfig', 'Prepared', 'RecipeConfig', 'RoutingConfig', 'STAGES', 'Scenario', 'SkewConfig', 'SpecialValues', 'accumulator_interval', 'backend_availability', 'backend_names', 'backend_traits', 'backends', 'bitwise_diff', 'built_with_cuda', 'check_stages', 'count_nonfinite', 'e8m0_from_amax', 'e8m0_from_f32_rceil', 'e8m0_inv_scale', 'e8m0_to_f32', 'error_stats', 'exact_gemm_nt', 'fp8_decode', 'fp8_encode', 'gamma', 'gpu_description', 'grid_step', 'mx_dequantize', 'mx_quantize', 'prepare', 'round_to', 'run_backend', 'ulp_distance']
+__all__: list[str] = ['BackendTraits', 'CLASSES', 'ConfigError', 'DISPOSITIONS', 'DispatchConfig', 'GEMMS', 'InputRegime', 'InternalError', 'ModelConfig', 'OutputConfig', 'Prepared', 'RecipeConfig', 'RoutingConfig', 'STAGES', 'Scenario', 'SkewConfig', 'accumulator_interval', 'backend_availability', 'backend_names', 'backend_traits', 'backends', 'bitwise_diff', 'built_with_cuda', 'check_stages', 'count_nonfinite', 'e8m0_from_amax', 'e8m0_from_f32_rceil', 'e8m0_inv_scale', 'e8m0_to_f32', 'error_stats', 'exact_gemm_nt', 'fp8_decode', 'fp8_encode', 'gamma', 'gpu_description', 'gpu_memory', 'grid_step', 'mx_dequantize', 'mx_quantize', 'prepare', 'round_to', 'run_backend', 'ulp_distance']
 class ConfigError(ValueError):
     key: typing.ClassVar[str] = ''
     message: typing.ClassVar[str] = ''
@@ -115,54 +115,12 @@ class DispatchConfig:
 class RecipeConfig:
     bias_mode: str
     grad_format: str
-    inv_scale: str
     name: str
     scale_rounding: str
     def __init__(self) -> None:
         ...
-class SpecialValues:
-    def __init__(self) -> None:
-        ...
-    @property
-    def huge(self) -> float:
-        ...
-    @huge.setter
-    def huge(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
-        ...
-    @property
-    def inf(self) -> float:
-        ...
-    @inf.setter
-    def inf(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
-        ...
-    @property
-    def nan(self) -> float:
-        ...
-    @nan.setter
-    def nan(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
-        ...
-    @property
-    def subnormal(self) -> float:
-        ...
-    @subnormal.setter
-    def subnormal(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
-        ...
-    @property
-    def value(self) -> float:
-        ...
-    @value.setter
-    def value(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
-        ...
-    @property
-    def value_fraction(self) -> float:
-        ...
-    @value_fraction.setter
-    def value_fraction(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
-        ...
 class InputRegime:
     dist: str
-    regime: str
-    special: SpecialValues
     def __init__(self) -> None:
         ...
     @property
@@ -317,9 +275,9 @@ def e8m0_from_f32_rceil(s: typing.Annotated[numpy.typing.ArrayLike, numpy.float3
     """
     float32 -> E8M0 rounding up (the cvt.rp.satfinite.ue8m0x2.f32 rule)
     """
-def e8m0_inv_scale(codes: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], rule: str = 'te_kernel') -> numpy.typing.NDArray[numpy.float32]:
+def e8m0_inv_scale(codes: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], rule: str = 'spec') -> numpy.typing.NDArray[numpy.float32]:
     """
-    E8M0 code -> the inverse scale the quantizer multiplies by (rule te_kernel or spec)
+    E8M0 code -> the 2^(127-code) the quantizer multiplies by
     """
 def e8m0_to_f32(codes: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8]) -> numpy.typing.NDArray[numpy.float32]:
     """
@@ -352,6 +310,10 @@ def gpu_description() -> str:
     """
     "none": this module was built without CUDA
     """
+def gpu_memory() -> tuple:
+    """
+    (0, 0): this module was built without CUDA
+    """
 def grid_step(value: typing.SupportsFloat | typing.SupportsIndex, n: typing.SupportsInt | typing.SupportsIndex, grid: str) -> float:
     """
     The value n grid points away (ulp.h)
@@ -360,12 +322,11 @@ def mx_dequantize(codes: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], 
     """
     codes * 2^(scale-127) as float32, exact (inf past the fp32 range)
     """
-def mx_quantize(x: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], fmt: str = 'e4m3', scale_rounding: str = 'rceil', columnwise: bool = False, inv_scale: str = 'te_kernel') -> tuple:
+def mx_quantize(x: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], fmt: str = 'e4m3', scale_rounding: str = 'rceil', columnwise: bool = False, inv_scale: str = 'spec') -> tuple:
     """
     MXFP8-quantize a C-contiguous 2-D float32 array, blocks of 32 along the last axis (or down the
-    columns when columnwise). Returns (codes uint8 like x, scales uint8 E8M0). inv_scale: 'te_kernel'
-    (the default: TransformerEngine's kernel rule, 1.0 for code 0, +0.0 for 0xFE) or 'spec' (2^(127-code)
-    exactly); see e8m0.h.
+    columns when columnwise). Returns (codes uint8 like x, scales uint8 E8M0). inv_scale='te_kernel'
+    models TransformerEngine's kernel edge cases (see e8m0.h); 'spec' is numerics.md.
     """
 def prepare(scenario: Scenario) -> Prepared:
     """

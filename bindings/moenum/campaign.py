@@ -1,29 +1,30 @@
-"""Campaigns: many scenario points, run in parallel processes, resumable, shardable.
+"""Campaigns: many scenario points, run in parallel processes, resumable, shardable, interruptible.
 
-Each point's results file is complete or absent (atomic rename), so `resume` just skips points
-whose file exists and holds the same expanded scenario.
+Each point's results file is complete or absent (atomic rename); `resume` skips the points whose file
+a rerun would only repeat (moenum.resume). Ctrl-C or SIGTERM stops the queued points and the running
+workers, removes their temporary files, leaves index.json true and raises moenum.interrupt.Interrupted.
 """
 from __future__ import annotations
 
-import concurrent.futures as cf
-import json
-import os
-import pickle
-import subprocess
 import sys
-import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
+from . import interrupt
+from .campaign_index import CampaignIndex
 from .disposition import FAILED, PASSED, Disposition, combine
 from .errors import ScenarioError
+from .output_folder import prepare_output
 from .result import RunResult, open_results
 from .results_io import result_path
+from .resume import rerun_reason
 from .scenario import Scenario, load_scenarios
+
+POLL_S = 0.05  # how often a campaign looks at its workers
 
 
 @dataclass
@@ -55,36 +56,6 @@ class Campaign:
         return self.verdict == PASSED
 
 
-def _is_complete(path: Path, sc: Scenario) -> bool:
-    if not path.exists():
-        return False
-    try:
-        import h5py
-        with h5py.File(path, "r") as f:
-            return yaml.safe_load(f.attrs["scenario_yaml"]) == yaml.safe_load(sc.to_yaml())
-    except (OSError, KeyError):
-        return False
-
-
-def _run_point(sc: Scenario, out: str, backends):
-    from .runner import run
-    return run(sc, out=out, backends=backends)
-
-
-def _run_point_in_process(sc: Scenario, out: str, backends) -> RunResult:
-    """Run one point in a fresh `python -m moenum.worker` process and read its results file back."""
-    with tempfile.TemporaryDirectory(prefix="moenum-task-") as tmp:
-        task = Path(tmp) / "task.pickle"
-        task.write_bytes(pickle.dumps((sc, {"out": str(out), "backends": backends})))
-        proc = subprocess.run([sys.executable, "-m", "moenum.worker", str(task)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if proc.returncode == 2:
-        raise ScenarioError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "bad input")
-    if proc.returncode != 0:
-        raise RuntimeError(f"scenario point {sc.name} crashed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
-    return open_results(result_path(out, sc.name))
-
-
 def parse_shard(text: str | None) -> tuple[int, int] | None:
     if not text:
         return None
@@ -111,6 +82,10 @@ class Progress:
             except ImportError:
                 pass
 
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
     def step(self, name: str, verdict: str):
         self.done += 1
         if self.quiet:
@@ -127,32 +102,73 @@ class Progress:
               file=sys.stderr, flush=True)
 
 
-class CampaignIndex:
-    """`index.json` in the output folder: every point with its file, its verdict (status: pending, or
-    passed | failed | error | not_verified) and its backends' dispositions, rewritten atomically after
-    each point, so a killed campaign still says what it had finished."""
+class ExpansionProgress:
+    """Called by the scenario loader for each point it expands: a sweep that takes more than a second
+    says how far it got on stderr, about once a second, and when it is done."""
 
-    def __init__(self, out, points: list[Scenario], shard: tuple[int, int] | None):
-        name = "index.json" if not shard else f"index.shard-{shard[0]}of{shard[1]}.json"
-        self.path = Path(out) / name
-        self.entries = {sc.name: {"name": sc.name, "file": result_path(out, sc.name).name,
-                                  "status": "pending", "dispositions": {},
-                                  "parameters": {k: v for k, v in sc.sweep_point.items()}}
-                        for sc in points}
+    def __init__(self, every_s: float = 1.0):
+        self.every_s, self.since, self.printed = every_s, 0.0, False
 
-    def record(self, r: RunResult, resumed: bool = False):
-        self.entries[r.name].update(status=str(r.verdict), resumed=resumed,
-                                    dispositions={b: str(d) for b, d in r.disposition.items()})
-        self.write()
+    def __call__(self, file: str, done: int, total: int) -> None:
+        now = time.perf_counter()
+        if done == 1:
+            self.since, self.printed = now, False
+        if now - self.since >= self.every_s or (done == total and self.printed):
+            self.since, self.printed = now, True
+            print(f"expanding {file}: {done} of {total} scenario points", file=sys.stderr, flush=True)
 
-    def write(self, checks: dict | None = None):
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
-        doc = {"points": list(self.entries.values())}
-        if checks is not None:
-            doc["checks"] = {name: {"passed": bool(ok), "detail": detail} for name, (ok, detail) in checks.items()}
-        tmp.write_text(json.dumps(doc, indent=1, default=str))
-        os.replace(tmp, self.path)
+
+def prepare(points: list[Scenario], out, backends=None) -> dict:
+    """Everything that can fail before any computation: the output folder and the points' file names
+    (output_folder), and whether each point fits in memory (resources). Returns each point's host
+    memory estimate in bytes, by name."""
+    from .resources import require_fits
+    prepare_output(out, points)
+    return require_fits(points, backends)
+
+
+def _reusable(sc: Scenario, out, backends) -> RunResult | None:
+    path = result_path(out, sc.name)
+    if rerun_reason(path, sc, backends) is not None:
+        return None
+    r = open_results(path)
+    r.sweep_point = dict(sc.sweep_point)
+    return r
+
+
+def _run_here(todo, out, backends, record) -> None:
+    from .runner import run
+    for sc in todo:
+        record(sc, run(sc, out=out, backends=backends))
+        interrupt.check()
+
+
+def _run_in_workers(todo, out, backends, jobs: int, record, need: dict) -> None:
+    """Up to `jobs` worker processes at once, and no more than the host memory allows together.
+    Interrupted (or any failure): the running workers are stopped and their temporary files removed;
+    a worker that had already finished is still recorded."""
+    from .resources import host_memory_available
+    from .worker import Worker
+    queue, running = list(todo), []
+    budget = host_memory_available()
+    try:
+        while queue or running:
+            while queue and len(running) < jobs and (
+                    not running or sum(need[w.sc.name] for w in running) + need[queue[0].name] <= budget):
+                running.append(Worker(queue.pop(0), out, backends))
+            for w in [w for w in running if w.done()]:
+                running.remove(w)
+                record(w.sc, w.result())
+            interrupt.check()
+            time.sleep(POLL_S)
+    except BaseException:
+        with interrupt.shielded():
+            for w in running:
+                if w.done() and w.proc.returncode == 0:
+                    record(w.sc, w.result())
+                else:
+                    w.stop()
+        raise
 
 
 def run_points(points: list[Scenario], out="results", jobs: int = 1, resume: bool = False,
@@ -160,41 +176,40 @@ def run_points(points: list[Scenario], out="results", jobs: int = 1, resume: boo
     if shard:
         i, n = shard
         points = points[i::n]
+    need = prepare(points, out, backends)
     camp = Campaign()
     index = CampaignIndex(out, points, shard)
     todo = []
     for sc in points:
-        path = result_path(out, sc.name)
-        if resume and _is_complete(path, sc):
-            r = open_results(path)
-            r.sweep_point = dict(sc.sweep_point)
-            camp.results.append(r)
-            camp.skipped.append(sc.name)
-            index.entries[sc.name].update(status=str(r.verdict), resumed=True,
-                                          dispositions={b: str(d) for b, d in r.disposition.items()})
-        else:
+        r = _reusable(sc, out, backends) if resume else None
+        if r is None:
             todo.append(sc)
+            continue
+        camp.results.append(r)
+        camp.skipped.append(sc.name)
+        index.set(r, resumed=True)
     index.write()
     progress = Progress(len(todo), quiet)
     finished: dict[str, RunResult] = {}
-    if jobs <= 1 or len(todo) <= 1:
-        for sc in todo:
-            r = _run_point(sc, out, backends)
-            r.sweep_point = dict(sc.sweep_point)
-            finished[sc.name] = r
-            index.record(r)
-            progress.step(sc.name, r.verdict)
-    else:
-        # threads that each wait on a worker process: the points run in parallel processes
-        with cf.ThreadPoolExecutor(max_workers=jobs) as pool:
-            futures = {pool.submit(_run_point_in_process, sc, out, backends): sc for sc in todo}
-            for fut in cf.as_completed(futures):
-                sc = futures[fut]
-                r = fut.result()
-                r.sweep_point = dict(sc.sweep_point)
-                finished[sc.name] = r
-                index.record(r)
-                progress.step(sc.name, r.verdict)
+
+    def record(sc: Scenario, r: RunResult) -> None:
+        r.sweep_point = dict(sc.sweep_point)
+        finished[sc.name] = r
+        index.record(r)
+        progress.step(sc.name, r.verdict)
+
+    with interrupt.handling():
+        try:
+            if jobs <= 1 or len(todo) <= 1:
+                _run_here(todo, out, backends, record)
+            else:
+                _run_in_workers(todo, out, backends, jobs, record, need)
+        except KeyboardInterrupt:
+            with interrupt.shielded():
+                index.write()
+                progress.close()
+            raise interrupt.Interrupted(interrupt.received() or "SIGINT",
+                                        done=len(finished) + len(camp.skipped), total=len(points)) from None
     by_name = {r.name: r for r in camp.results}
     by_name.update(finished)
     camp.results = [by_name[sc.name] for sc in points if sc.name in by_name]
@@ -210,9 +225,10 @@ def run_campaign(paths, out="results", jobs: int = 1, resume: bool = False, shar
     from .scenario import from_dict
     if isinstance(paths, (str, Path, dict)):
         paths = [paths]
-    points = [sc for p in paths for sc in (from_dict(p) if isinstance(p, dict) else load_scenarios(p))]
-    names = [sc.name for sc in points]
-    dup = {n for n in names if names.count(n) > 1}
+    report = None if quiet else ExpansionProgress()
+    points = [sc for p in paths
+              for sc in (from_dict(p, progress=report) if isinstance(p, dict) else load_scenarios(p, progress=report))]
+    dup = {n for n, count in Counter(sc.name for sc in points).items() if count > 1}
     if dup:
         raise ScenarioError(f"scenario names repeat across files: {', '.join(sorted(dup))}")
     if isinstance(shard, str):

@@ -1,9 +1,10 @@
 """The `moenum` command: run, nightly, bench, report, scenarios.
 
 Exit codes of run and nightly (interfaces.md): 0 a backend under test passed and nothing failed, 1
-something failed or errored, 2 bad input (one clear message, no traceback), 4 nothing was verified
-(every backend under test not_run, not_supported or not_verified); 3 the environment failed (one
-clear line). The last line says which.
+something failed or errored, 2 bad input (one clear message, no traceback), 3 the environment failed
+(disk full, unwritable output, a point that cannot fit in memory: one clear line), 4 nothing was
+verified (every backend under test not_run, not_supported or not_verified), 130 interrupted (Ctrl-C or
+SIGTERM). The last line says which.
 """
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ import argparse
 import os
 import sys
 
-from . import bundled
+from . import bundled, interrupt
 from .disposition import ERROR, FAILED, NOT_VERIFIED, PASSED, Disposition
 from .errors import EnvironmentFailure, ScenarioError
 
 EXIT_CODES = {PASSED: 0, FAILED: 1, ERROR: 1, NOT_VERIFIED: 4}
 LAST_LINE = {PASSED: "OK", FAILED: "FAILED", ERROR: "ERROR", NOT_VERIFIED: "NOT VERIFIED"}
+EXIT_BAD_INPUT, EXIT_ENVIRONMENT, EXIT_INTERRUPTED = 2, 3, 130
 
 
 def _finish(verdict: Disposition, text: str) -> int:
@@ -44,11 +46,14 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run scenario files and write one HDF5 results file per point")
     run.add_argument("scenarios", nargs="+",
-                     help="scenario YAML files or folders, or bundled scenarios by name (moenum scenarios)")
+                     help="scenario YAML files or folders, bundled scenarios by name (moenum scenarios), or "
+                          "results files (.h5) to run their point again")
     run.add_argument("-o", "--out", default="results", help="output folder (default: results)")
     run.add_argument("--backends", help="comma-separated backends, overriding the scenario's list")
     run.add_argument("-j", "--jobs", type=int, default=1, help="scenario points run in parallel")
-    run.add_argument("--resume", action="store_true", help="skip points whose complete results file exists")
+    run.add_argument("--resume", action="store_true",
+                     help="skip points whose results file a rerun would only repeat (same scenario and backends, "
+                          "complete, no backend errored, no fault injected, nothing not_run that could run now)")
     run.add_argument("--shard", help="run slice i of n (i/n), e.g. for Slurm array jobs")
     run.add_argument("-q", "--quiet", action="store_true", help="only the final line")
     run.add_argument("--device", help="torch device of the external backends (cpu, cuda, cuda:1); "
@@ -152,13 +157,21 @@ def _cmd_run(args) -> int:
 def _run_injected(args, backends):
     """--inject: parse the faults first (bad syntax: exit 2 before anything runs), then run every point
     in this process with them (a harness self-test; -j, --resume and --shard do not apply)."""
-    from .campaign import Campaign
+    from .campaign import Campaign, prepare
     from .inject import parse_all
     from .runner import run
     from .scenario import load_scenarios
     injections = parse_all(args.inject)
     points = [sc for p in args.scenarios for sc in load_scenarios(p)]
-    return Campaign(results=[run(sc, out=args.out, backends=backends, inject=injections) for sc in points])
+    prepare(points, args.out, backends)
+    camp = Campaign()
+    try:
+        for sc in points:
+            camp.results.append(run(sc, out=args.out, backends=backends, inject=injections))
+            interrupt.check()
+    except KeyboardInterrupt:
+        raise interrupt.Interrupted(interrupt.received() or "SIGINT", len(camp.results), len(points)) from None
+    return camp
 
 
 def _cmd_nightly(args) -> int:
@@ -200,28 +213,47 @@ def _cmd_scenarios(args) -> int:
     return 0
 
 
+def _interrupted(e: KeyboardInterrupt) -> int:
+    name = getattr(e, "signal_name", None) or interrupt.received() or "SIGINT"
+    done, total = getattr(e, "done", None), getattr(e, "total", None)
+    where = f" after {done} of {_points(total, total)}" if total is not None else ""
+    print(f"# INTERRUPTED: {name}{where}; workers stopped, no partial results file left; "
+          f"rerun with --resume to continue", flush=True)
+    return EXIT_INTERRUPTED
+
+
+def _command(args) -> int:
+    if args.command == "run":
+        return _cmd_run(args)
+    if args.command == "nightly":
+        return _cmd_nightly(args)
+    if args.command == "bench":
+        from .bench import run_bench
+        return run_bench(args.cpu, args.gpu, args.peer)
+    if args.command == "scenarios":
+        return _cmd_scenarios(args)
+    return _cmd_report(args)
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     try:
-        if args.command == "run":
-            return _cmd_run(args)
-        if args.command == "nightly":
-            return _cmd_nightly(args)
-        if args.command == "bench":
-            from .bench import run_bench
-            return run_bench(args.cpu, args.gpu, args.peer)
-        if args.command == "scenarios":
-            return _cmd_scenarios(args)
-        return _cmd_report(args)
+        with interrupt.handling():
+            code = _command(args)
+            interrupt.check()  # a signal whose exception something swallowed still stops the run
+            return code
     except ScenarioError as e:
         print(f"moenum: error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     except EnvironmentFailure as e:
         print(f"moenum: error: {e}", file=sys.stderr)
-        return 3
-    except KeyboardInterrupt:
-        print("moenum: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_ENVIRONMENT
+    except OSError as e:  # the machine's, wherever it came from: one line, not a traceback
+        where = f": {e.filename}" if e.filename else ""
+        print(f"moenum: error: {e.strerror or e}{where}", file=sys.stderr)
+        return EXIT_ENVIRONMENT
+    except KeyboardInterrupt as e:
+        return _interrupted(e)
 
 
 if __name__ == "__main__":

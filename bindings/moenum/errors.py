@@ -19,5 +19,6 @@ class ScenarioError(MoenumError, ValueError):
 
 
 class EnvironmentFailure(MoenumError):
-    """The machine, not the input, is at fault (a broken install, no GPU where one is required): one
-    clear line. The CLI exits with code 3."""
+    """The machine, not the input, is at fault: a full disk, an unwritable output folder, a point that
+    cannot fit in memory, a broken install, no GPU where one is required. One clear line that says
+    what and where; the CLI exits with code 3."""

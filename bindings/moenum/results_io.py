@@ -1,15 +1,19 @@
-"""The HDF5 results file (interfaces.md): written to a temporary name and renamed when complete,
-so a crash leaves the old file or no file, never a truncated one that looks whole."""
+"""The HDF5 results file (interfaces.md): built in memory, written to a temporary name and renamed
+when complete, so a crash leaves the old file or no file, never a truncated one that looks whole.
+HDF5 copes badly with a disk that fills under it (errors in every destructor, then a crash), so it
+never writes to the disk itself: the finished file image is written with plain file I/O, and a write
+that fails (disk full, quota, file too large) removes its temporary file and is an EnvironmentFailure."""
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pandas as pd
 
-from .errors import ScenarioError
+from .errors import EnvironmentFailure, ScenarioError
 from .verify import COLUMNS
 
 SCHEMA_VERSION = 1
@@ -26,6 +30,51 @@ INT_COLUMNS = {"expert", "n", "ulp_le0", "ulp_le1", "ulp_le2", "ulp_gt2", "bitwi
 def result_path(out_dir, scenario_name: str) -> Path:
     """Sweep points are named `name/key=value,...`: the slash becomes a double underscore."""
     return Path(out_dir) / (scenario_name.replace("/", "__") + ".h5")
+
+
+# A file being written is `.<name>.tmp-<pid>@<host>`: hidden from globs, and a later run can tell a
+# dead writer's leftovers (same host, no such process) from a live writer's file.
+TEMPORARY_MARK = ".tmp-"
+
+
+def temporary_path(path, pid: int | None = None) -> Path:
+    """Where `path` is written (by process `pid`, default this one) before its atomic rename."""
+    path = Path(path)
+    return path.with_name(f".{path.name}{TEMPORARY_MARK}{os.getpid() if pid is None else pid}@{socket.gethostname()}")
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
+
+
+def remove_stale_temporaries(folder) -> list[Path]:
+    """Remove the temporary files in `folder` whose writer, a process on this host, is gone."""
+    removed = []
+    here = socket.gethostname()
+    for p in Path(folder).glob(f".*{TEMPORARY_MARK}*"):
+        pid, _, host = p.name.rpartition(TEMPORARY_MARK)[2].partition("@")
+        if pid.isdigit() and host == here and not _process_alive(int(pid)):
+            p.unlink(missing_ok=True)
+            removed.append(p)
+    return removed
+
+
+def write_failure(path, e: OSError) -> EnvironmentFailure:
+    """A failed write of `path` as one line: what failed, where, and the OS's reason."""
+    return EnvironmentFailure(f"cannot write {path}: {e.strerror or e}")
+
+
+def _remove_quietly(path: Path) -> None:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass  # nothing to remove where nothing could be written
 
 
 def _dataset(group, name, array, dtype_attr=None, compress=True):
@@ -86,68 +135,82 @@ def write_results(path, attrs: dict, prepared, results: dict, table: pd.DataFram
                   extra_tables: dict | None = None) -> Path:
     """Write one scenario point's results file atomically; returns its path."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = temporary_path(path)
+    image = _file_image(tmp.name, attrs, prepared, results, table, checks, write_inputs, write_stages, diffs,
+                        extra_tables)
     try:
-        with h5py.File(tmp, "w") as f:
-            for key, value in attrs.items():
-                f.attrs[key] = value
-            routing = f.create_group("routing")
-            _dataset(routing, "topk_idx", prepared.topk_idx.astype(np.int32))
-            _dataset(routing, "probs", prepared.probs.astype(np.float32))
-            _dataset(routing, "tokens_per_expert", prepared.tokens_per_expert.astype(np.int64))
-            plan = prepared.plan
-            dispatch = f.create_group("dispatch")
-            dispatch.attrs.update({"ep": plan["ep"], "padding": plan["padding"], "align": plan["align"],
-                                   "warnings": "\n".join(plan["warnings"])})
-            for r, rank in enumerate(plan["ranks"]):
-                g = dispatch.create_group(f"rank_{r}")
-                _dataset(g, "row_token", rank["row_token"].astype(np.int64))
-                _dataset(g, "row_expert", rank["row_expert"].astype(np.int32))
-                _dataset(g, "tokens_per_expert", rank["tokens_per_expert"].astype(np.int64))
-                g.attrs["fell_back_to_module"] = rank["fell_back_to_module"]
-                g.attrs["simulated"] = rank["simulated"]
-            if write_inputs:
-                inputs = f.create_group("inputs")
-                for name, values in prepared.inputs.items():
-                    _dataset(inputs, name, np.asarray(values, dtype=np.float32), "bf16")
-            res = f.create_group("results")
-            for backend, r in results.items():
-                g = res.create_group(backend)
-                g.attrs.update({"disposition": str(r["disposition"]), "reason": r.get("reason", ""),
-                                "seconds": float(r.get("seconds", 0.0))})
-                for key, value in r.get("attrs", {}).items():
-                    g.attrs[key] = value
-                for name, (values, dtype) in r.get("outputs", {}).items():
-                    _dataset(g, name, _storage(values, dtype), dtype)
-                if write_stages and r.get("stages"):
-                    st = g.create_group("stages")
-                    for name, (values, dtype) in r["stages"].items():
-                        if dtype in ("e4m3", "e5m2", "e8m0", "uint8"):
-                            ds = _dataset(st, name, np.asarray(values, dtype=np.uint8), dtype)
-                            ds.attrs["format"] = dtype
-                        else:
-                            _dataset(st, name, _storage(values, dtype), dtype)
-            if diffs:
-                dg = f.create_group("diffs")
-                for pair, tensors in diffs.items():
-                    pg = dg.create_group(pair)
-                    for name, values in tensors.items():
-                        _dataset(pg, name, values.astype(np.float64))
-            tables = f.create_group("tables")
-            tables.create_dataset("errors", data=errors_to_records(table))
-            for name, records in (extra_tables or {}).items():  # e.g. /tables/stages (moenum.verify)
-                tables.create_dataset(name, data=records)
-            cg = f.create_group("checks")
-            for name, (passed, detail) in checks.items():
-                c = cg.create_group(name)
-                c.attrs["passed"] = bool(passed)
-                c.attrs["detail"] = detail
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as out:
+            out.write(image)
+            out.flush()
+            os.fsync(out.fileno())  # a network file system may report a full quota only here
         os.replace(tmp, path)
+    except OSError as e:
+        raise write_failure(path, e) from None
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        _remove_quietly(tmp)
     return path
+
+
+def _file_image(name, attrs, prepared, results, table, checks, write_inputs, write_stages, diffs,
+                extra_tables) -> bytes:
+    """The results file's bytes, built by HDF5 in memory (the core driver, nothing on disk)."""
+    with h5py.File(name, "w", driver="core", backing_store=False) as f:
+        for key, value in attrs.items():
+            f.attrs[key] = value
+        routing = f.create_group("routing")
+        _dataset(routing, "topk_idx", prepared.topk_idx.astype(np.int32))
+        _dataset(routing, "probs", prepared.probs.astype(np.float32))
+        _dataset(routing, "tokens_per_expert", prepared.tokens_per_expert.astype(np.int64))
+        plan = prepared.plan
+        dispatch = f.create_group("dispatch")
+        dispatch.attrs.update({"ep": plan["ep"], "padding": plan["padding"], "align": plan["align"],
+                               "warnings": "\n".join(plan["warnings"])})
+        for r, rank in enumerate(plan["ranks"]):
+            g = dispatch.create_group(f"rank_{r}")
+            _dataset(g, "row_token", rank["row_token"].astype(np.int64))
+            _dataset(g, "row_expert", rank["row_expert"].astype(np.int32))
+            _dataset(g, "tokens_per_expert", rank["tokens_per_expert"].astype(np.int64))
+            g.attrs["fell_back_to_module"] = rank["fell_back_to_module"]
+            g.attrs["simulated"] = rank["simulated"]
+        if write_inputs:
+            inputs = f.create_group("inputs")
+            for name, values in prepared.inputs.items():
+                _dataset(inputs, name, np.asarray(values, dtype=np.float32), "bf16")
+        res = f.create_group("results")
+        for backend, r in results.items():
+            g = res.create_group(backend)
+            g.attrs.update({"disposition": str(r["disposition"]), "reason": r.get("reason", ""),
+                            "seconds": float(r.get("seconds", 0.0))})
+            for key, value in r.get("attrs", {}).items():
+                g.attrs[key] = value
+            for name, (values, dtype) in r.get("outputs", {}).items():
+                _dataset(g, name, _storage(values, dtype), dtype)
+            if write_stages and r.get("stages"):
+                st = g.create_group("stages")
+                for name, (values, dtype) in r["stages"].items():
+                    if dtype in ("e4m3", "e5m2", "e8m0", "uint8"):
+                        ds = _dataset(st, name, np.asarray(values, dtype=np.uint8), dtype)
+                        ds.attrs["format"] = dtype
+                    else:
+                        _dataset(st, name, _storage(values, dtype), dtype)
+        if diffs:
+            dg = f.create_group("diffs")
+            for pair, tensors in diffs.items():
+                pg = dg.create_group(pair)
+                for name, values in tensors.items():
+                    _dataset(pg, name, values.astype(np.float64))
+        tables = f.create_group("tables")
+        tables.create_dataset("errors", data=errors_to_records(table))
+        for name, records in (extra_tables or {}).items():  # e.g. /tables/stages (moenum.verify)
+            tables.create_dataset(name, data=records)
+        cg = f.create_group("checks")
+        for name, (passed, detail) in checks.items():
+            c = cg.create_group(name)
+            c.attrs["passed"] = bool(passed)
+            c.attrs["detail"] = detail
+        f.flush()
+        return f.id.get_file_image()
 
 
 def read_errors(path) -> pd.DataFrame:

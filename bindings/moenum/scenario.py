@@ -12,6 +12,11 @@ from typing import Any
 import yaml
 
 from .errors import ScenarioError
+
+# Limits that keep a small file from taking the machine: YAML aliases can multiply a 1 kB file into
+# billions of values, a sweep's product into more points than can be held.
+MAX_YAML_NODES = 100_000
+MAX_SWEEP_POINTS = 100_000
 from .scenario_schema import (INPUT_REGIME, INPUT_TENSORS, MX_BLOCK, RECIPE_ALIGN, SCHEMA, SPECIAL_FRACTIONS,
                               Key)
 
@@ -67,16 +72,40 @@ def _line_map(node, prefix: str, lines: dict, file: str) -> None:
             _line_map(value_node, dotted, lines, file)
 
 
+def _expanded_size(node, file: str, memo: dict) -> int:
+    """Nodes in the document with every alias expanded, counted without expanding: an alias is the
+    same node object as its anchor, so each node's count is computed once."""
+    key = id(node)
+    if key in memo:
+        return memo[key]
+    memo[key] = 1  # a recursive alias counts once
+    children = (node.value if isinstance(node, yaml.SequenceNode)
+                else [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else [])
+    size = 1 + sum(_expanded_size(c, file, memo) for c in children)
+    if size > MAX_YAML_NODES:
+        raise ScenarioError(f"the YAML expands (through its aliases) to more than {MAX_YAML_NODES} values; "
+                            f"a scenario needs a few hundred", file, node.start_mark.line + 1)
+    memo[key] = size
+    return size
+
+
 def _parse_yaml(text: str, file: str) -> tuple[Any, dict]:
+    loader = yaml.SafeLoader(text)
     try:
-        data = yaml.safe_load(text)
-        node = yaml.compose(text)
+        node = loader.get_single_node()
+        if node is not None:
+            _expanded_size(node, file, {})
+        data = loader.construct_document(node) if node is not None else None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line = mark.line + 1 if mark else None
         raise ScenarioError(f"invalid YAML: {e.problem or e}", file, line) from None
     except yaml.YAMLError as e:
         raise ScenarioError(f"invalid YAML: {e}", file) from None
+    except RecursionError:
+        raise ScenarioError("invalid YAML: nested too deeply", file) from None
+    finally:
+        loader.dispose()
     lines: dict = {}
     if node is not None:
         _line_map(node, "", lines, file)
@@ -279,8 +308,9 @@ def _format_value(v) -> str:
     return str(v)
 
 
-def expand(data: dict, file: str, lines: dict) -> list[Scenario]:
-    """Validate and expand one scenario mapping into its sweep points."""
+def expand(data: dict, file: str, lines: dict, progress=None) -> list[Scenario]:
+    """Validate and expand one scenario mapping into its sweep points; `progress(file, done, total)`
+    is called after each point."""
     base_err = Scenario({}, file, lines).error
     if not isinstance(data, dict):
         raise ScenarioError("a scenario file must hold a mapping at the top level", file, 1)
@@ -299,6 +329,10 @@ def expand(data: dict, file: str, lines: dict) -> list[Scenario]:
         if not isinstance(values, list) or not values:
             raise base_err(f"sweep.{key}", "must be a non-empty list of values")
     keys = list(sweep)
+    total = math.prod(len(sweep[k]) for k in keys)
+    if total > MAX_SWEEP_POINTS:
+        raise base_err("sweep", f"makes {total} scenario points, more than {MAX_SWEEP_POINTS}: split it "
+                                f"into several files (and run them with --shard)")
     points = []
     for combo in itertools.product(*(sweep[k] for k in keys)):
         point = copy.deepcopy(_normalise_shorthands(copy.deepcopy(raw)))
@@ -317,17 +351,22 @@ def expand(data: dict, file: str, lines: dict) -> list[Scenario]:
         sc = Scenario(cfg, file, point_lines, dict(zip(keys, combo)))
         _check_combinations(cfg, sc.error)
         points.append(sc)
+        if progress:
+            progress(file, len(points), total)
     return points
 
 
-def load_scenarios(path) -> list[Scenario]:
-    """Load a scenario file (or a folder of them): validated, defaults filled, sweeps expanded."""
+def load_scenarios(path, progress=None) -> list[Scenario]:
+    """Load a scenario file (or a folder of them): validated, defaults filled, sweeps expanded. A
+    results file (.h5) gives the one point it holds, to run it again. `progress`: see expand."""
     path = Path(path)
     if path.is_dir():
         files = sorted(path.glob("*.yaml")) + sorted(path.glob("*.yml"))
         if not files:
             raise ScenarioError("no scenario files (*.yaml) in this folder", str(path))
-        return [sc for f in files for sc in load_scenarios(f)]
+        return [sc for f in files for sc in load_scenarios(f, progress)]
+    if path.suffix == ".h5":
+        return [from_results_file(path)]
     file = str(path)
     try:
         text = path.read_text()
@@ -338,12 +377,38 @@ def load_scenarios(path) -> list[Scenario]:
     data, lines = _parse_yaml(text, file)
     if data is None:
         raise ScenarioError("the file is empty", file, 1)
-    return expand(data, file, lines)
+    return expand(data, file, lines, progress)
 
 
-def from_dict(data: dict, name_hint: str = "<api>") -> list[Scenario]:
+def from_results_file(path) -> Scenario:
+    """The point a results file holds (its root attribute scenario_yaml: expanded, every default
+    filled), to run it again. Its name is the point's, `name/key=value,...`: the part before the
+    slash follows the name rule, the rest names the swept keys, whose values are in the scenario."""
+    from .results_io import open_file
+    with open_file(path) as f:
+        text = str(f.attrs.get("scenario_yaml", ""))
+    file = f"{path}:scenario_yaml"
+    data, lines = _parse_yaml(text, file)
+    if not isinstance(data, dict) or not isinstance(data.get("name"), str):
+        raise ScenarioError("holds no scenario with a name", file, 1)
+    name = data["name"]
+    base, _, suffix = name.partition("/")
+    cfg = validate_config({**data, "name": base}, file, lines)
+    cfg["name"] = name
+    sc = Scenario(cfg, file, lines)
+    swept = [part.partition("=")[0] for part in suffix.split(",")] if suffix else []
+    for key in swept:
+        try:
+            sc.sweep_point[key] = sc.get(key)
+        except (KeyError, TypeError):
+            pass  # not a key of this scenario: the name alone says it
+    _check_combinations(cfg, sc.error)
+    return sc
+
+
+def from_dict(data: dict, name_hint: str = "<api>", progress=None) -> list[Scenario]:
     """Build scenarios from a Python mapping (campaign scripts), with the same checks."""
-    return expand(copy.deepcopy(data), name_hint, {})
+    return expand(copy.deepcopy(data), name_hint, {}, progress)
 
 
 # ---- to the C++ struct -------------------------------------------------------------------------

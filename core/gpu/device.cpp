@@ -25,6 +25,13 @@ int device_sm() {
   return major * 10 + minor;
 }
 
+DeviceMemory device_memory() {
+  DeviceMemory m;
+  if (!cuda_availability().ok) return m;
+  if (cudaMemGetInfo(&m.free, &m.total) != cudaSuccess) return (void)cudaGetLastError(), DeviceMemory{};
+  return m;
+}
+
 std::string device_description() {
   if (!cuda_availability().ok) return "none";
   int dev = 0, drv = 0, rt = 0;

@@ -16,4 +16,10 @@ std::string device_description();
 // Compute capability major*10+minor of the current device, 0 if none.
 int device_sm();
 
+// Free and total bytes of the current device's memory (cudaMemGetInfo); {0, 0} without a device.
+struct DeviceMemory {
+  size_t free = 0, total = 0;
+};
+DeviceMemory device_memory();
+
 }  // namespace moenum::gpu

@@ -1,0 +1,84 @@
+"""Ctrl-C and SIGTERM: one way to stop a run, and never lost.
+
+Inside `handling()`, SIGINT and SIGTERM both raise `Interrupted` in the main thread. Python drops an
+exception raised inside a destructor or a callback ("Exception ignored in ..."), so the signal is also
+remembered: `check()` raises it again at the next safe point, and a run cannot end as if nothing
+happened. `shielded()` only remembers, for cleanup that must not be cut short (stopping workers,
+removing temporary files, writing index.json).
+"""
+from __future__ import annotations
+
+import signal
+import threading
+from contextlib import contextmanager
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Interrupted(KeyboardInterrupt):
+    """A run stopped by a signal. `done` and `total` count scenario points, when known."""
+
+    def __init__(self, signal_name: str, done: int | None = None, total: int | None = None):
+        super().__init__(signal_name)
+        self.signal_name, self.done, self.total = signal_name, done, total
+
+
+_received: str | None = None
+_depth = 0
+
+
+def _remember(signum, _frame) -> None:
+    global _received
+    _received = signal.Signals(signum).name
+
+
+def _raise(signum, frame) -> None:
+    _remember(signum, frame)
+    raise Interrupted(_received)
+
+
+def received() -> str | None:
+    """The name of the signal that arrived inside the outermost `handling()`, or None."""
+    return _received
+
+
+def check() -> None:
+    """Raise Interrupted if a signal arrived, even one whose exception something swallowed."""
+    if _received:
+        raise Interrupted(_received)
+
+
+def _install(handler) -> dict | None:
+    if threading.current_thread() is not threading.main_thread():
+        return None  # signal handlers can only be set from the main thread
+    return {s: signal.signal(s, handler) for s in SIGNALS}
+
+
+def _restore(old: dict | None) -> None:
+    for s, h in (old or {}).items():
+        signal.signal(s, h)
+
+
+@contextmanager
+def handling():
+    """SIGINT and SIGTERM raise Interrupted while inside; nests (the outermost one resets the memory)."""
+    global _received, _depth
+    if _depth == 0:
+        _received = None
+    _depth += 1
+    old = _install(_raise)
+    try:
+        yield
+    finally:
+        _restore(old)
+        _depth -= 1
+
+
+@contextmanager
+def shielded():
+    """Signals arriving inside are remembered, not raised: cleanup runs to its end."""
+    old = _install(_remember)
+    try:
+        yield
+    finally:
+        _restore(old)
