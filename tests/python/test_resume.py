@@ -117,7 +117,7 @@ def test_gpu_memory_is_reported_and_a_point_too_large_for_it_is_refused(tiny_con
         pytest.skip("no CUDA device")
     assert 0 < free <= total
     cfg = dict(tiny_config, tokens=1 << 20, model=dict(tiny_config["model"], experts=64, hidden=8192, ffn=8192),
-               dispatch={"ep": 1, "padding": "none"}, backends=["gpu.grouped"])
+               dispatch={"ep": 1, "padding": "none"}, backends=["gpu.grouped"], compare={"baseline": "gpu.grouped"})
     (sc,) = moenum.from_dict(cfg)
     assert resources.gpu_bytes(sc.config) > free
     with pytest.raises(moenum.errors.EnvironmentFailure, match="memory"):
