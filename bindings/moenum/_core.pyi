@@ -8,7 +8,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['BackendTraits', 'CLASSES', 'ConfigError', 'DISPOSITIONS', 'DispatchConfig', 'GEMMS', 'InputRegime', 'InternalError', 'ModelConfig', 'OutputConfig', 'Prepared', 'RecipeConfig', 'RoutingConfig', 'STAGES', 'Scenario', 'SkewConfig', 'accumulator_interval', 'backend_availability', 'backend_names', 'backend_traits', 'backends', 'bitwise_diff', 'built_with_cuda', 'check_stages', 'count_nonfinite', 'e8m0_from_amax', 'e8m0_from_f32_rceil', 'e8m0_inv_scale', 'e8m0_to_f32', 'error_stats', 'exact_gemm_nt', 'fp8_decode', 'fp8_encode', 'gamma', 'gpu_description', 'gpu_memory', 'grid_step', 'mx_dequantize', 'mx_quantize', 'prepare', 'round_to', 'run_backend', 'ulp_distance']
+__all__: list[str] = ['BackendTraits', 'CLASSES', 'ConfigError', 'DISPOSITIONS', 'DispatchConfig', 'GEMMS', 'InputRegime', 'InternalError', 'ModelConfig', 'OutputConfig', 'Prepared', 'RecipeConfig', 'RoutingConfig', 'STAGES', 'Scenario', 'SkewConfig', 'SpecialValues', 'accumulator_interval', 'backend_availability', 'backend_names', 'backend_traits', 'backends', 'bitwise_diff', 'built_with_cuda', 'check_stages', 'count_nonfinite', 'e8m0_from_amax', 'e8m0_from_f32_rceil', 'e8m0_inv_scale', 'e8m0_to_f32', 'error_stats', 'exact_gemm_nt', 'fp8_decode', 'fp8_encode', 'gamma', 'gpu_description', 'gpu_memory', 'grid_step', 'mx_dequantize', 'mx_quantize', 'prepare', 'round_to', 'run_backend', 'ulp_distance']
 class ConfigError(ValueError):
     key: typing.ClassVar[str] = ''
     message: typing.ClassVar[str] = ''
@@ -115,12 +115,54 @@ class DispatchConfig:
 class RecipeConfig:
     bias_mode: str
     grad_format: str
+    inv_scale: str
     name: str
     scale_rounding: str
     def __init__(self) -> None:
         ...
+class SpecialValues:
+    def __init__(self) -> None:
+        ...
+    @property
+    def huge(self) -> float:
+        ...
+    @huge.setter
+    def huge(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def inf(self) -> float:
+        ...
+    @inf.setter
+    def inf(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def nan(self) -> float:
+        ...
+    @nan.setter
+    def nan(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def subnormal(self) -> float:
+        ...
+    @subnormal.setter
+    def subnormal(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def value(self) -> float:
+        ...
+    @value.setter
+    def value(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def value_fraction(self) -> float:
+        ...
+    @value_fraction.setter
+    def value_fraction(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
 class InputRegime:
     dist: str
+    regime: str
+    special: SpecialValues
     def __init__(self) -> None:
         ...
     @property
@@ -256,12 +298,13 @@ def bitwise_diff(a: typing.Any, b: typing.Any) -> tuple[bool, int, int]:
     """
     (same_shape, differing elements, first differing flat index or -1), bitwise.h
     """
-def check_stages(backend: str, prepared: ..., tensors: dict, sample: typing.Any = None, probes: collections.abc.Sequence[tuple[str, collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]]] = []) -> dict:
+def check_stages(backend: str, prepared: ..., tensors: dict, sample: typing.Any = None, probes: collections.abc.Sequence[tuple[str, collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]]] = [], elementwise: str = 'bitwise') -> dict:
     """
     Teacher-forced stage checks of one backend's tensors ({name: (array, dtype)}): {reports: one per
     applicable stage of STAGES (status, class counts, per-expert counts and ULPs, first failure,
     probes), passed, detail (the verdict)}. sample: None/'all', 'auto' or elements
-    per (stage, expert) for the GEMM stages.
+    per (stage, expert) for the GEMM stages. elementwise: 'bitwise' (moenum's own functions) or 'interval'
+    (act, a, out, dh of code that does not share them: core/verify/elementwise_interval.h).
     """
 def count_nonfinite(a: typing.Any) -> int:
     """
@@ -275,9 +318,9 @@ def e8m0_from_f32_rceil(s: typing.Annotated[numpy.typing.ArrayLike, numpy.float3
     """
     float32 -> E8M0 rounding up (the cvt.rp.satfinite.ue8m0x2.f32 rule)
     """
-def e8m0_inv_scale(codes: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], rule: str = 'spec') -> numpy.typing.NDArray[numpy.float32]:
+def e8m0_inv_scale(codes: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], rule: str = 'te_kernel') -> numpy.typing.NDArray[numpy.float32]:
     """
-    E8M0 code -> the 2^(127-code) the quantizer multiplies by
+    E8M0 code -> the inverse scale the quantizer multiplies by (rule te_kernel or spec)
     """
 def e8m0_to_f32(codes: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8]) -> numpy.typing.NDArray[numpy.float32]:
     """
@@ -308,11 +351,11 @@ def gamma(n: typing.SupportsInt | typing.SupportsIndex, u: typing.SupportsFloat 
     """
 def gpu_description() -> str:
     """
-    "none": this module was built without CUDA
+    The CUDA device: name, sm, driver, runtime, cuBLASLt; or "none"
     """
-def gpu_memory() -> tuple:
+def gpu_memory() -> tuple[int, int]:
     """
-    (0, 0): this module was built without CUDA
+    (free, total) bytes of the CUDA device's memory; (0, 0) without a device
     """
 def grid_step(value: typing.SupportsFloat | typing.SupportsIndex, n: typing.SupportsInt | typing.SupportsIndex, grid: str) -> float:
     """
@@ -322,11 +365,12 @@ def mx_dequantize(codes: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], 
     """
     codes * 2^(scale-127) as float32, exact (inf past the fp32 range)
     """
-def mx_quantize(x: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], fmt: str = 'e4m3', scale_rounding: str = 'rceil', columnwise: bool = False, inv_scale: str = 'spec') -> tuple:
+def mx_quantize(x: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], fmt: str = 'e4m3', scale_rounding: str = 'rceil', columnwise: bool = False, inv_scale: str = 'te_kernel') -> tuple:
     """
     MXFP8-quantize a C-contiguous 2-D float32 array, blocks of 32 along the last axis (or down the
-    columns when columnwise). Returns (codes uint8 like x, scales uint8 E8M0). inv_scale='te_kernel'
-    models TransformerEngine's kernel edge cases (see e8m0.h); 'spec' is numerics.md.
+    columns when columnwise). Returns (codes uint8 like x, scales uint8 E8M0). inv_scale: 'te_kernel'
+    (the default: TransformerEngine's kernel rule, 1.0 for code 0, +0.0 for 0xFE) or 'spec' (2^(127-code)
+    exactly); see e8m0.h.
     """
 def prepare(scenario: Scenario) -> Prepared:
     """
@@ -349,4 +393,4 @@ DISPOSITIONS: tuple = ('passed', 'failed', 'error', 'not_verified', 'not_run', '
 GEMMS: list = [{'name': 'fc1_fprop', 'output': 'h', 'A': {'source': 'x', 'direction': 'rowwise', 'gradient': False}, 'B': {'source': 'w1', 'direction': 'rowwise', 'gradient': False}}, {'name': 'fc2_fprop', 'output': 'o', 'A': {'source': 'a', 'direction': 'rowwise', 'gradient': False}, 'B': {'source': 'w2', 'direction': 'rowwise', 'gradient': False}}, {'name': 'fc2_dgrad', 'output': 'da', 'A': {'source': 'dy', 'direction': 'rowwise', 'gradient': True}, 'B': {'source': 'w2', 'direction': 'columnwise', 'gradient': False}}, {'name': 'fc2_wgrad', 'output': 'dw2', 'A': {'source': 'dy', 'direction': 'columnwise', 'gradient': True}, 'B': {'source': 'a', 'direction': 'columnwise', 'gradient': False}}, {'name': 'fc1_dgrad', 'output': 'dx_row', 'A': {'source': 'dh', 'direction': 'rowwise', 'gradient': True}, 'B': {'source': 'w1', 'direction': 'columnwise', 'gradient': False}}, {'name': 'fc1_wgrad', 'output': 'dw1', 'A': {'source': 'dh', 'direction': 'columnwise', 'gradient': True}, 'B': {'source': 'x', 'direction': 'columnwise', 'gradient': False}}]
 STAGES: list = [{'name': 'fc1_fprop.A', 'kind': 'mx', 'where': 'stages', 'inputs': tuple(), 'gemm': 'fc1_fprop', 'operand': 'A', 'needs_bias': False, 'mx_only': True, 'doc': 'MXFP8 codes and scales of x (fc1_fprop A)'}, {'name': 'fc1_fprop.B', 'kind': 'mx', 'where': 'stages', 'inputs': tuple(), 'gemm': 'fc1_fprop', 'operand': 'B', 'needs_bias': False, 'mx_only': True, 'doc': 'MXFP8 codes and scales of w1 (fc1_fprop B)'}, {'name': 'h', 'kind': 'gemm', 'where': 'stages', 'inputs': tuple(), 'gemm': 'fc1_fprop', 'operand': '', 'needs_bias': False, 'mx_only': False, 'doc': "FC1: x . w1^T (+ b1), the activation's input"}, {'name': 'act', 'kind': 'exact', 'where': 'stages', 'inputs': ('h'), 'gemm': '', 'operand': '', 'needs_bias': False, 'mx_only': False, 'doc': 'silu(g) * l, fp32'}, {'name': 'a', 'kind': 'exact', 'where': 'stages', 'inputs': ('h'), 'gemm': '', 'operand': '', 'needs_bias': False, 'mx_only': False, 'doc': "round(silu(g) * l * p), FC2's input"}, {'name': 'fc2_fprop.A', 'kind': 'mx', 'where': 'stages', 'inputs': ('a'), 'gemm': 'fc2_fprop', 'operand': 'A', 'needs_bias': False, 'mx_only': True, 'doc': 'MXFP8 codes and scales of a (fc2_fprop A)'}, {'name': 'fc2_fprop.B', 'kind': 'mx', 'where': 'stages', 'inputs': tuple(), 'gemm': 'fc2_fprop', 'operand': 'B', 'needs_bias': False, 'mx_only': True, 'doc': 'MXFP8 codes and scales of w2 (fc2_fprop B)'}, {'name': 'o', 'kind': 'gemm', 'where': 'stages', 'inputs': ('a'), 'gemm': 'fc2_fprop', 'operand': '', 'needs_bias': False, 'mx_only': False, 'doc': 'FC2: a . w2^T'}, {'name': 'out', 'kind': 'exact', 'where': 'stages', 'inputs': ('o'), 'gemm': '', 'operand': '', 'needs_bias': False, 'mx_only': False, 'doc': 'round(o + b2 * p)'}, {'name': 'y', 'kind': 'exact', 'where': 'outputs', 'inputs': ('o'), 'gemm': '', 'operand': '', 'needs_bias': False, 'mx_only': False, 'doc': 'combine: round(sum of out over routed experts, ascending id)'}, {'name': 'fc2_dgrad.A', 'kind': 'mx', 'where': 'stages', 'inputs': tuple(), 'gemm': 'fc2_dgrad', 'operand': 'A', 'needs_bias': False, 'mx_only': True, 'doc': 'MXFP8 codes and scales of dy (fc2_dgrad A)'}, {'name': 'fc2_dgrad.B', 'kind': 'mx', 'where': 'stages', 'inputs': tuple(), 'gemm': 'fc2_dgrad', 'operand': 'B', 'needs_bias': False, 'mx_only': True, 'doc': 'MXFP8 codes and scales of w2 (fc2_dgrad B)'}, {'name': 'da', 'kind': 'gemm', 'where': 'stages', 'inputs': tuple(), 'gemm': 'fc2_dgrad', 'operand': '', 'needs_bias': False, 'mx_only': False, 'doc': 'FC2 dgrad: dy . w2'}, {'name': 'fc2_wgrad.A', 'kind': 'mx', 'where': 'stages', 'inputs': tuple(), 'gemm': 'fc2_wgrad', 'operand': 'A', 'needs_bias': False, 'mx_only': True, 'doc': 'MXFP8 codes and scales of dy (fc2_wgrad A)'}, {'name': 'fc2_wgrad.B', 'kind': 'mx', 'where': 'stages', 'inputs': ('a'), 'gemm': 'fc2_wgrad', 'operand': 'B', 'needs_bias': False, 'mx_only': True, 'doc': 'MXFP8 codes and scales of a (fc2_wgrad B)'}, {'name': 'dw2', 'kind': 'gemm', 'where': 'outputs', 'inputs': ('a'), 'gemm': 'fc2_wgrad', 'operand': '', 'needs_bias': False, 'mx_only': False, 'doc': 'FC2 wgrad: dy^T . a, fp32'}, {'name': 'db2', 'kind': 'reduction', 'where': 'outputs', 'inputs': tuple(), 'gemm': '', 'operand': '', 'needs_bias': True, 'mx_only': False, 'doc': "sum of p * dy over the expert's rows"}, {'name': 'dh', 'kind': 'exact', 'where': 'stages', 'inputs': ('da', 'h'), 'gemm': '', 'operand': '', 'needs_bias': False, 'mx_only': False, 'doc': "round([da*p*l*silu'(g), da*p*silu(g)])"}, {'name': 'dprobs', 'kind': 'reduction', 'where': 'outputs', 'inputs': ('da', 'h'), 'gemm': '', 'operand': '', 'needs_bias': False, 'mx_only': False, 'doc': 'dot(da, act) + dot(dy, b2) per routed row'}, {'name': 'fc1_dgrad.A', 'kind': 'mx', 'where': 'stages', 'inputs': ('dh'), 'gemm': 'fc1_dgrad', 'operand': 'A', 'needs_bias': False, 'mx_only': True, 'doc': 'MXFP8 codes and scales of dh (fc1_dgrad A)'}, {'name': 'fc1_dgrad.B', 'kind': 'mx', 'where': 'stages', 'inputs': tuple(), 'gemm': 'fc1_dgrad', 'operand': 'B', 'needs_bias': False, 'mx_only': True, 'doc': 'MXFP8 codes and scales of w1 (fc1_dgrad B)'}, {'name': 'dx_row', 'kind': 'gemm', 'where': 'stages', 'inputs': ('dh'), 'gemm': 'fc1_dgrad', 'operand': '', 'needs_bias': False, 'mx_only': False, 'doc': 'FC1 dgrad: dh . w1'}, {'name': 'dx', 'kind': 'exact', 'where': 'outputs', 'inputs': ('dx_row'), 'gemm': '', 'operand': '', 'needs_bias': False, 'mx_only': False, 'doc': 'combine of dx_row'}, {'name': 'fc1_wgrad.A', 'kind': 'mx', 'where': 'stages', 'inputs': ('dh'), 'gemm': 'fc1_wgrad', 'operand': 'A', 'needs_bias': False, 'mx_only': True, 'doc': 'MXFP8 codes and scales of dh (fc1_wgrad A)'}, {'name': 'fc1_wgrad.B', 'kind': 'mx', 'where': 'stages', 'inputs': tuple(), 'gemm': 'fc1_wgrad', 'operand': 'B', 'needs_bias': False, 'mx_only': True, 'doc': 'MXFP8 codes and scales of x (fc1_wgrad B)'}, {'name': 'dw1', 'kind': 'gemm', 'where': 'outputs', 'inputs': ('dh'), 'gemm': 'fc1_wgrad', 'operand': '', 'needs_bias': False, 'mx_only': False, 'doc': 'FC1 wgrad: dh^T . x, fp32'}, {'name': 'db1', 'kind': 'reduction', 'where': 'outputs', 'inputs': ('dh'), 'gemm': '', 'operand': '', 'needs_bias': True, 'mx_only': False, 'doc': "sum of dh over the expert's rows"}]
 __version__: str = '0.1.0'
-built_with_cuda: bool = False
+built_with_cuda: bool = True
