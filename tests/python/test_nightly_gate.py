@@ -13,15 +13,8 @@ from moenum import bundled
 from moenum.nightly import architecture, regressions
 
 from conftest import ROOT, moenum_cli
+from test_nightly import SUITE
 
-SUITE = """\
-name: gate
-model: {experts: 4, hidden: 32, ffn: 32, topk: 2}
-tokens: 64
-dispatch: {ep: 2, padding: module, align: 16}
-backends: [golden, reference, cpu.eigen, gpu.grouped]
-sweep: {dispatch.padding: [module, hybridep]}
-"""
 HAVE_GPU = moenum._core.gpu_description() != "none"
 
 

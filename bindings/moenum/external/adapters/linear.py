@@ -24,3 +24,8 @@ class LinearFp32Wgrad(torch.autograd.Function):
 
 def linear(x, w_master):
     return LinearFp32Wgrad.apply(x, w_master)
+
+
+def fp32_masters(*tensors):
+    """fp32 master weights (None stays None): the GEMMs use their dtype's copies, the gradients stay fp32."""
+    return tuple(None if t is None else torch.nn.Parameter(t.float()) for t in tensors)

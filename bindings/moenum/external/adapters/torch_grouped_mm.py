@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import NotSupported
+from .linear import fp32_masters
 
 
 def _col_major(w):
@@ -43,8 +44,7 @@ class TorchGroupedMmExperts(torch.nn.Module):
         self._saved = {}
 
     def load_weights(self, w1, b1, w2, b2):
-        master = lambda t: None if t is None else torch.nn.Parameter(t.float())
-        self.w1, self.w2, self.b1, self.b2 = master(w1), master(w2), master(b1), master(b2)
+        self.w1, self.b1, self.w2, self.b2 = fp32_masters(w1, b1, w2, b2)
 
     def forward(self, hidden, tokens_per_expert, probs):
         offs = torch.cumsum(tokens_per_expert, 0).to(torch.int32)

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import NotSupported
-from .linear import linear
+from .linear import fp32_masters, linear
 
 
 class TorchLoopExperts(torch.nn.Module):
@@ -19,9 +19,7 @@ class TorchLoopExperts(torch.nn.Module):
         self._saved = {}
 
     def load_weights(self, w1, b1, w2, b2):
-        # fp32 master weights: the GEMMs use their dtype's copies, the gradients stay fp32
-        master = lambda t: None if t is None else torch.nn.Parameter(t.float())
-        self.w1, self.w2, self.b1, self.b2 = master(w1), master(w2), master(b1), master(b2)
+        self.w1, self.b1, self.w2, self.b2 = fp32_masters(w1, b1, w2, b2)
 
     def _expert(self, e, x, p):
         s = self.spec
