@@ -254,6 +254,11 @@ def _validate_inputs(data, err) -> dict:
         total = sum(reg["special"][f] for f in SPECIAL_FRACTIONS)
         if total > 1.0:
             raise err(f"{key}.special", f"the fractions add up to {total:g}, more than 1")
+        # the filled config says what was drawn, so that the stored scenario_yaml loads back (replay)
+        if reg["regime"] != "special":
+            del reg["special"]
+        if reg["regime"] == "uniform":
+            reg["dist"] = "uniform"
         out[tensor] = reg
     return out
 
@@ -453,7 +458,7 @@ def to_core(sc: Scenario):
         ir.regime, ir.dist, ir.scale = reg["regime"], reg["dist"], reg["scale"]
         ir.outlier_fraction, ir.outlier_scale = reg["outliers"]["fraction"], reg["outliers"]["scale"]
         sp = ir.special
-        for key, value in reg["special"].items():
+        for key, value in reg.get("special", {}).items():
             setattr(sp, key, value)
         ir.special = sp
         regimes[tensor] = ir
