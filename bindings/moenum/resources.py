@@ -22,7 +22,7 @@ GOLDEN_BYTES, VALUE_BYTES, CODE_BYTES = 8, 4, 1
 # backend's bytes): the operands converted and dequantized, the weight gradients, the checks' fp64
 # copies. Fitted to the peak RSS of weight-heavy and token-heavy points (golden, reference,
 # cpu.eigen; bf16 and mxfp8), then MARGIN on top so that the estimate errs high.
-WORKING_PER_WEIGHT, WORKING_PER_ROW_VALUE = 4.5, 0.8
+WORKING_PER_WEIGHT, WORKING_PER_ROW_VALUE = 4.5, 1.3
 MARGIN = 1.15
 FIXED_BYTES = 200 << 20  # the interpreter, numpy, pandas, h5py and the module itself (about 90 MB after import)
 # One GPU backend's device buffers: operands, outputs and row tensors in fp32 and bf16, with room for
@@ -71,16 +71,24 @@ def host_bytes(cfg: dict, backends: list[str]) -> int:
     tensors kept to check it, and the working memory (an estimate that errs on the high side)."""
     s = shape_of(cfg)
     kept = VALUE_BYTES * (s.token_values // 2 + s.weights)  # the inputs
+    # a results file up to results_io.IN_MEMORY_LIMIT is assembled in memory: HDF5's buffer and the bytes
+    # written, each about the outputs' size; a larger one is written directly
+    results_file = 0
     for b in backends:
         nbytes = GOLDEN_BYTES if b == "golden" else VALUE_BYTES
-        kept += nbytes * (s.token_values // 2 + s.weights + s.tokens * s.topk)
+        outputs = nbytes * (s.token_values // 2 + s.weights + s.tokens * s.topk)
+        kept += outputs
+        results_file += 2 * outputs
         if _keeps_stages(cfg, b):
             kept += VALUE_BYTES * s.row_values
             if cfg["recipe"]["name"] == "mxfp8":  # codes of every GEMM operand, both directions
                 kept += CODE_BYTES * (2 * s.weights + s.rows * (4 * s.hidden + 2 * s.ffn + 2 * s.ffn1))
     widest = GOLDEN_BYTES if "golden" in backends else VALUE_BYTES
     working = widest * (WORKING_PER_WEIGHT * s.weights + WORKING_PER_ROW_VALUE * s.row_values)
-    return int(FIXED_BYTES + MARGIN * (kept + working))
+    from .results_io import IN_MEMORY_LIMIT
+    if results_file > 2 * IN_MEMORY_LIMIT:
+        results_file = 0
+    return int(FIXED_BYTES + MARGIN * (kept + max(working, results_file)))
 
 
 def gpu_bytes(cfg: dict) -> int:

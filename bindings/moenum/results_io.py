@@ -5,7 +5,9 @@ never writes to the disk itself: the finished file image is written with plain f
 that fails (disk full, quota, file too large) removes its temporary file and is an EnvironmentFailure."""
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import socket
 from pathlib import Path
 
@@ -130,20 +132,42 @@ def records_to_errors(records: np.ndarray) -> pd.DataFrame:
     return table[[c for c in COLUMNS if c in table]]
 
 
+# A file up to this size is built in memory and written with plain file I/O, so that a full disk is one
+# OSError (h5py can crash writing into a full file system). A larger one would double the point's peak
+# memory (a production layer's outputs are tens of GB): it is written by HDF5 directly, after checking
+# that the file system has room for it.
+IN_MEMORY_LIMIT = 256 << 20
+
+
+def _write_large(tmp: Path, payload: int, contents: tuple) -> None:
+    free = shutil.disk_usage(tmp.parent).free
+    if free < payload + (64 << 20):
+        raise OSError(errno.ENOSPC, f"no space left on device (the file needs about {payload / 2**30:.1f} GiB, "
+                                    f"{free / 2**30:.1f} GiB free)")
+    with h5py.File(tmp, "w") as f:
+        _fill(f, *contents)
+    with open(tmp, "rb") as out:
+        os.fsync(out.fileno())
+
+
 def write_results(path, attrs: dict, prepared, results: dict, table: pd.DataFrame, checks: dict,
                   write_inputs: bool, write_stages: bool, diffs: dict | None = None,
                   extra_tables: dict | None = None) -> Path:
     """Write one scenario point's results file atomically; returns its path."""
     path = Path(path)
     tmp = temporary_path(path)
-    image = _file_image(tmp.name, attrs, prepared, results, table, checks, write_inputs, write_stages, diffs,
-                        extra_tables)
+    contents = (attrs, prepared, results, table, checks, write_inputs, write_stages, diffs, extra_tables)
+    payload = _payload_bytes(prepared, results, write_inputs, write_stages)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as out:
-            out.write(image)
-            out.flush()
-            os.fsync(out.fileno())  # a network file system may report a full quota only here
+        if payload <= IN_MEMORY_LIMIT:
+            image = _file_image(tmp.name, *contents)
+            with open(tmp, "wb") as out:
+                out.write(image)
+                out.flush()
+                os.fsync(out.fileno())  # a network file system may report a full quota only here
+        else:
+            _write_large(tmp, payload, contents)
         os.replace(tmp, path)
     except OSError as e:
         raise write_failure(path, e) from None
@@ -152,65 +176,80 @@ def write_results(path, attrs: dict, prepared, results: dict, table: pd.DataFram
     return path
 
 
-def _file_image(name, attrs, prepared, results, table, checks, write_inputs, write_stages, diffs,
-                extra_tables) -> bytes:
+def _fill(f, attrs, prepared, results, table, checks, write_inputs, write_stages, diffs, extra_tables) -> None:
+    """Every group, dataset and attribute of one results file, into the open HDF5 file f."""
+    for key, value in attrs.items():
+        f.attrs[key] = value
+    routing = f.create_group("routing")
+    _dataset(routing, "topk_idx", prepared.topk_idx.astype(np.int32))
+    _dataset(routing, "probs", prepared.probs.astype(np.float32))
+    _dataset(routing, "tokens_per_expert", prepared.tokens_per_expert.astype(np.int64))
+    plan = prepared.plan
+    dispatch = f.create_group("dispatch")
+    dispatch.attrs.update({"ep": plan["ep"], "padding": plan["padding"], "align": plan["align"],
+                           "warnings": "\n".join(plan["warnings"])})
+    for r, rank in enumerate(plan["ranks"]):
+        g = dispatch.create_group(f"rank_{r}")
+        _dataset(g, "row_token", rank["row_token"].astype(np.int64))
+        _dataset(g, "row_expert", rank["row_expert"].astype(np.int32))
+        _dataset(g, "tokens_per_expert", rank["tokens_per_expert"].astype(np.int64))
+        g.attrs["fell_back_to_module"] = rank["fell_back_to_module"]
+        g.attrs["simulated"] = rank["simulated"]
+    if write_inputs:
+        inputs = f.create_group("inputs")
+        for name, values in prepared.inputs.items():
+            _dataset(inputs, name, np.asarray(values, dtype=np.float32), "bf16")
+    res = f.create_group("results")
+    for backend, r in results.items():
+        g = res.create_group(backend)
+        g.attrs.update({"disposition": str(r["disposition"]), "reason": r.get("reason", ""),
+                        "seconds": float(r.get("seconds", 0.0))})
+        for key, value in r.get("attrs", {}).items():
+            g.attrs[key] = value
+        for name, (values, dtype) in r.get("outputs", {}).items():
+            _dataset(g, name, _storage(values, dtype), dtype)
+        if write_stages and r.get("stages"):
+            st = g.create_group("stages")
+            for name, (values, dtype) in r["stages"].items():
+                if dtype in ("e4m3", "e5m2", "e8m0", "uint8"):
+                    ds = _dataset(st, name, np.asarray(values, dtype=np.uint8), dtype)
+                    ds.attrs["format"] = dtype
+                else:
+                    _dataset(st, name, _storage(values, dtype), dtype)
+    if diffs:
+        dg = f.create_group("diffs")
+        for pair, tensors in diffs.items():
+            pg = dg.create_group(pair)
+            for name, values in tensors.items():
+                _dataset(pg, name, values.astype(np.float64))
+    tables = f.create_group("tables")
+    tables.create_dataset("errors", data=errors_to_records(table))
+    for name, records in (extra_tables or {}).items():  # e.g. /tables/stages (moenum.verify)
+        tables.create_dataset(name, data=records)
+    cg = f.create_group("checks")
+    for name, (passed, detail) in checks.items():
+        c = cg.create_group(name)
+        c.attrs["passed"] = bool(passed)
+        c.attrs["detail"] = detail
+    f.flush()
+
+
+def _file_image(name, *contents) -> bytes:
     """The results file's bytes, built by HDF5 in memory (the core driver, nothing on disk)."""
     with h5py.File(name, "w", driver="core", backing_store=False) as f:
-        for key, value in attrs.items():
-            f.attrs[key] = value
-        routing = f.create_group("routing")
-        _dataset(routing, "topk_idx", prepared.topk_idx.astype(np.int32))
-        _dataset(routing, "probs", prepared.probs.astype(np.float32))
-        _dataset(routing, "tokens_per_expert", prepared.tokens_per_expert.astype(np.int64))
-        plan = prepared.plan
-        dispatch = f.create_group("dispatch")
-        dispatch.attrs.update({"ep": plan["ep"], "padding": plan["padding"], "align": plan["align"],
-                               "warnings": "\n".join(plan["warnings"])})
-        for r, rank in enumerate(plan["ranks"]):
-            g = dispatch.create_group(f"rank_{r}")
-            _dataset(g, "row_token", rank["row_token"].astype(np.int64))
-            _dataset(g, "row_expert", rank["row_expert"].astype(np.int32))
-            _dataset(g, "tokens_per_expert", rank["tokens_per_expert"].astype(np.int64))
-            g.attrs["fell_back_to_module"] = rank["fell_back_to_module"]
-            g.attrs["simulated"] = rank["simulated"]
-        if write_inputs:
-            inputs = f.create_group("inputs")
-            for name, values in prepared.inputs.items():
-                _dataset(inputs, name, np.asarray(values, dtype=np.float32), "bf16")
-        res = f.create_group("results")
-        for backend, r in results.items():
-            g = res.create_group(backend)
-            g.attrs.update({"disposition": str(r["disposition"]), "reason": r.get("reason", ""),
-                            "seconds": float(r.get("seconds", 0.0))})
-            for key, value in r.get("attrs", {}).items():
-                g.attrs[key] = value
-            for name, (values, dtype) in r.get("outputs", {}).items():
-                _dataset(g, name, _storage(values, dtype), dtype)
-            if write_stages and r.get("stages"):
-                st = g.create_group("stages")
-                for name, (values, dtype) in r["stages"].items():
-                    if dtype in ("e4m3", "e5m2", "e8m0", "uint8"):
-                        ds = _dataset(st, name, np.asarray(values, dtype=np.uint8), dtype)
-                        ds.attrs["format"] = dtype
-                    else:
-                        _dataset(st, name, _storage(values, dtype), dtype)
-        if diffs:
-            dg = f.create_group("diffs")
-            for pair, tensors in diffs.items():
-                pg = dg.create_group(pair)
-                for name, values in tensors.items():
-                    _dataset(pg, name, values.astype(np.float64))
-        tables = f.create_group("tables")
-        tables.create_dataset("errors", data=errors_to_records(table))
-        for name, records in (extra_tables or {}).items():  # e.g. /tables/stages (moenum.verify)
-            tables.create_dataset(name, data=records)
-        cg = f.create_group("checks")
-        for name, (passed, detail) in checks.items():
-            c = cg.create_group(name)
-            c.attrs["passed"] = bool(passed)
-            c.attrs["detail"] = detail
-        f.flush()
+        _fill(f, *contents)
         return f.id.get_file_image()
+
+
+def _payload_bytes(prepared, results, write_inputs, write_stages) -> int:
+    """The array bytes a results file holds (its size, uncompressed)."""
+    groups = [r.get("outputs", {}) for r in results.values()]
+    if write_stages:
+        groups += [r.get("stages", {}) for r in results.values()]
+    n = sum(np.asarray(v).nbytes for g in groups for v, _ in g.values())
+    if write_inputs:
+        n += sum(np.asarray(v).size * 4 for v in prepared.inputs.values())
+    return int(n)
 
 
 def read_errors(path) -> pd.DataFrame:

@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+import moenum
 import yaml
 
 from conftest import SCENARIOS, moenum_cli
@@ -95,3 +97,23 @@ def test_too_long_file_name_fails_before_the_computation(tmp_path, tiny_config):
     sweep_line = next(i for i, l in enumerate(path.read_text().splitlines(), 1) if l.strip().startswith("description:"))
     assert f"{path}:{sweep_line}:" in line
     assert time.time() - t0 < 60
+
+
+def test_a_large_results_file_is_written_directly_after_a_space_check(tmp_path, monkeypatch, tiny_config):
+    """Above results_io.IN_MEMORY_LIMIT the file is not built in memory (it would double the peak):
+    HDF5 writes it, and a file system without room for it is refused before writing (exit 3)."""
+    import shutil
+
+    from moenum import results_io
+    monkeypatch.setattr(results_io, "IN_MEMORY_LIMIT", 0)
+    sc = moenum.from_dict(tiny_config)[0]
+    res = moenum.run(sc, out=tmp_path / "direct")
+    back = moenum.open_results(res.path)
+    assert back.disposition == res.disposition
+    assert back.errors.equals(res.errors)
+    assert not list((tmp_path / "direct").glob(".*tmp*"))
+    Usage = type(shutil.disk_usage(tmp_path))
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: Usage(1 << 30, 1 << 30, 1024))
+    with pytest.raises(moenum.errors.EnvironmentFailure, match="no space left"):
+        moenum.run(sc, out=tmp_path / "full")
+    assert not list((tmp_path / "full").glob("*")) or not list((tmp_path / "full").glob("*.h5*"))
