@@ -176,7 +176,7 @@ def test_write_failure_leaves_old_file(tmp_path, tiny_config, monkeypatch):
     def boom(*a, **k):
         raise OSError("disk full (simulated)")
     monkeypatch.setattr(results_io, "errors_to_records", boom)
-    with pytest.raises(OSError):
+    with pytest.raises(moenum.errors.EnvironmentFailure, match="disk full"):
         run_cfg(tiny_config, tmp_path)
     assert res.path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == [res.path.name]  # no temporary left behind
