@@ -90,8 +90,9 @@ def _expanded_size(node, file: str, memo: dict) -> int:
 
 
 def _parse_yaml(text: str, file: str) -> tuple[Any, dict]:
-    loader = yaml.SafeLoader(text)
+    loader = None
     try:
+        loader = yaml.SafeLoader(text)  # the reader refuses non-printable characters here already
         node = loader.get_single_node()
         if node is not None:
             _expanded_size(node, file, {})
@@ -100,12 +101,16 @@ def _parse_yaml(text: str, file: str) -> tuple[Any, dict]:
         mark = e.problem_mark or e.context_mark
         line = mark.line + 1 if mark else None
         raise ScenarioError(f"invalid YAML: {e.problem or e}", file, line) from None
+    except yaml.reader.ReaderError as e:
+        raise ScenarioError(f"invalid YAML: character #x{e.character:04x} is not allowed in YAML text",
+                            file, text.count("\n", 0, e.position) + 1) from None
     except yaml.YAMLError as e:
         raise ScenarioError(f"invalid YAML: {e}", file) from None
     except RecursionError:
         raise ScenarioError("invalid YAML: nested too deeply", file) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     lines: dict = {}
     if node is not None:
         _line_map(node, "", lines, file)

@@ -51,6 +51,7 @@ CASES = [
     ("padding_without_align", "padding: none", "padding: router", 6, "dispatch.align",
      "no default alignment"),
     ("invalid_yaml", "tokens: 32", "tokens: [32", None, None, "invalid YAML"),
+    ("control_character", "tokens: 32", "tokens: 32\x15", 4, None, "character #x0015 is not allowed"),
     ("section_not_mapping", "recipe: {name: bf16}", "recipe: bf16", 7, "recipe", "must be a mapping"),
     ("negative_seed", "seed: 1", "seed: -1", 2, "seed", "must be >= 0"),
     ("bad_sample_word", "backends:", "verify: {sample: some}\nbackends:", 8, "verify.sample", "all, auto or"),
