@@ -38,12 +38,14 @@ echo "== pytest =="
 
 # ---- fuzzing: the scenario loader and the results reader under atheris, bounded --------------
 # MOENUM_FUZZ_SECONDS per target (default 30); findings land in build/fuzz/ and fail the step.
+# MOENUM_FUZZ_SEED (default 1) keeps the test command reproducible; 0 lets libFuzzer pick a new one
+# each run, to explore further.
 if [ "${MOENUM_FUZZ_SECONDS:-30}" != 0 ]; then
   echo "== fuzz (atheris, ${MOENUM_FUZZ_SECONDS:-30} s per target) =="
   .venv/bin/python -c "import atheris" 2>/dev/null || .venv/bin/python -m pip install -q -r requirements-fuzz.txt
   mkdir -p build/fuzz
   for target in scenario results; do
-    .venv/bin/python tests/fuzz/fuzz.py "$target" -max_total_time="${MOENUM_FUZZ_SECONDS:-30}" \
+    .venv/bin/python tests/fuzz/fuzz.py "$target" -max_total_time="${MOENUM_FUZZ_SECONDS:-30}" -seed="${MOENUM_FUZZ_SEED:-1}" \
       -artifact_prefix=build/fuzz/"$target"- -print_final_stats=1 2>build/fuzz/"$target".log \
       || { tail -40 build/fuzz/"$target".log; echo "fuzz: $target found a failure (build/fuzz/)"; exit 1; }
     grep -E '^stat::number_of_executed_units' build/fuzz/"$target".log | sed "s/^/fuzz $target: /"
