@@ -44,23 +44,40 @@ inline StepParams step_params(Arch arch, Format fmt) {
   return {s.products, s.frac_bits, s.result_bits, s.frac_bits - 2 * frac, s.frac_bits - 23};
 }
 
-// Decodes v (a value of fmt) into m * 2^(e - frac); false if it is not one.
+// Decodes v (a value of F) into m * 2^(e - frac); false if it is not one. Branch-free bit arithmetic
+// on the fp32 pattern, so that a loop of it vectorises (every value of these formats is an fp32
+// value: fp8 subnormals are fp32 normals).
+template <Format F>
+[[gnu::always_inline]] inline bool decode_lane(float v, int16_t& m, int16_t& e) {
+  constexpr FormatBits fb = F == Format::kBf16 ? FormatBits{7, -126, 127, true}
+                          : F == Format::kE4M3 ? FormatBits{3, -6, 8, false}
+                                               : FormatBits{2, -14, 15, true};
+  const uint32_t u = std::bit_cast<uint32_t>(v);
+  const int32_t neg = int32_t(u >> 31);
+  const int32_t field = int32_t((u >> 23) & 0xFF);
+  const uint32_t mant = u & 0x7FFFFF;
+  const bool special = field == 0xFF, nan = special && mant != 0, zero = (u & 0x7FFFFFFF) == 0;
+  // v = full * 2^(ex - 23): full = 1.mant (normal) or 0.mant with ex = -126 (fp32 subnormal)
+  const uint32_t full = field ? (mant | (1u << 23)) : mant;
+  const int32_t ex = field ? field - 127 : -126;
+  const int32_t below = (23 - fb.frac) + std::max(fb.e_min - ex, 0);  // bits under the format's grid
+  const uint32_t shift = uint32_t(std::min(below, 31));
+  const int32_t mi = int32_t(full >> shift);
+  const bool on_grid = below < 32 && (full & ((1u << shift) - 1)) == 0;
+  const bool nan_code = F == Format::kE4M3 && ex == fb.e_max && mi == 15;  // 480 would be e4m3's NaN code
+  const bool finite_ok = !special && ex <= fb.e_max && on_grid && !nan_code;
+  const int32_t ms = special ? (nan ? 0 : 1 - 2 * neg) : (mi ^ -neg) + neg;
+  m = int16_t(ms);
+  e = int16_t(special ? kSpecial : std::max(ex, fb.e_min));
+  return zero || nan || (special && fb.inf) || finite_ok;
+}
+
 inline bool decode(float v, Format fmt, int16_t& m, int16_t& e) {
-  const FormatBits fb = format_bits(fmt);
-  if (std::isnan(v)) return m = 0, e = kSpecial, true;
-  if (std::isinf(v)) return fb.inf ? (m = v > 0 ? 1 : -1, e = kSpecial, true) : false;
-  if (v == 0.0f) return m = 0, e = int16_t(fb.e_min), true;
-  int x = 0;
-  const double s = std::frexp(double(v), &x);  // |s| in [0.5, 1)
-  int ex = x - 1;                              // v = 2s * 2^ex
-  if (ex > fb.e_max) return false;
-  if (ex < fb.e_min) ex = fb.e_min;
-  const double mi = std::ldexp(double(v), fb.frac - ex);
-  if (mi != std::trunc(mi) || std::fabs(mi) >= double(1 << (fb.frac + 1))) return false;
-  if (fmt == Format::kE4M3 && std::fabs(mi) == 15 && ex == fb.e_max) return false;  // 480: the NaN code
-  m = int16_t(mi);
-  e = int16_t(ex);
-  return true;
+  switch (fmt) {
+    case Format::kBf16: return decode_lane<Format::kBf16>(v, m, e);
+    case Format::kE4M3: return decode_lane<Format::kE4M3>(v, m, e);
+    default: return decode_lane<Format::kE5M2>(v, m, e);
+  }
 }
 
 inline float nan_result() { return std::bit_cast<float>(0x7FFFFFFFu); }
@@ -83,16 +100,26 @@ inline void decode_c(float c, int32_t& mc, int32_t& ec) {
 // grid 2^(-126 - (p - 1))); zero is +0, a value >= 2^128 infinite.
 inline float round_rz(int64_t sum, int32_t emax, const StepParams& P) {
   if (sum == 0) return 0.0f;
-  const bool neg = sum < 0;
-  uint64_t u = neg ? uint64_t(-sum) : uint64_t(sum);
+  const uint32_t sign = sum < 0 ? 0x80000000u : 0u;
+  uint64_t u = sum < 0 ? uint64_t(-sum) : uint64_t(sum);
   const int msb = 63 - std::countl_zero(u);
   const int scale = emax - P.F;  // exponent of bit 0 of u
-  const int drop = msb + scale >= -126 ? msb + 1 - P.p : (-126 - (P.p - 1)) - scale;
+  const int lead = msb + scale;  // exponent of the leading bit
+  const int drop = lead >= -126 ? msb + 1 - P.p : (-126 - (P.p - 1)) - scale;
   if (drop >= 64) return 0.0f;
   if (drop > 0) u = (u >> drop) << drop;
   if (u == 0) return 0.0f;
-  const float r = float(std::ldexp(double(u), scale));
-  return neg ? -r : r;
+  uint32_t bits;
+  if (lead > 127) {
+    bits = 0x7F800000u;  // at or above 2^128: infinite
+  } else if (lead >= -126) {  // normal: u has at most p <= 24 significant bits, all kept exactly
+    const uint64_t frac = msb <= 23 ? u << (23 - msb) : u >> (msb - 23);
+    bits = uint32_t(lead + 127) << 23 | (uint32_t(frac) & 0x7FFFFFu);
+  } else {  // subnormal: u is on the 2^-149 grid (fp32) or a coarser one (E8M13)
+    const int at = scale + 149;
+    bits = uint32_t(at >= 0 ? u << at : u >> -at);
+  }
+  return std::bit_cast<float>(sign | bits);
 }
 
 // The result of a step holding a NaN or an infinity (in an operand or in c).
@@ -129,11 +156,13 @@ template <int L>
   int32_t emax = ec;
   for (int l = 0; l < L; ++l) emax = std::max(emax, ex[l]);
   int32_t acc = 0;  // |term| < 2^(16 + 11) for bf16, 16 of them: fits
-  for (int l = 0; l < L; ++l) {
+  for (int l = 0; l < L; ++l) {  // branch-free, so that it vectorises (variable shifts under AVX2)
     const int32_t sh = ex[l] - emax + P.k_prod;  // <= k_prod
-    const int32_t mag = prod[l] < 0 ? -prod[l] : prod[l];
-    const int32_t t = sh >= 0 ? mag << sh : mag >> std::min(-sh, 31);
-    acc += prod[l] < 0 ? -t : t;
+    const int32_t sign = prod[l] >> 31;          // 0 or -1
+    const uint32_t mag = uint32_t((prod[l] ^ sign) - sign);
+    const uint32_t left = uint32_t(std::max(sh, 0)), right = uint32_t(std::min(std::max(-sh, 0), 31));
+    const int32_t t = int32_t((mag << left) >> right);  // truncation toward zero of the magnitude
+    acc += (t ^ sign) - sign;
   }
   const int32_t shc = ec - emax + P.k_c;
   const int64_t magc = mc < 0 ? -int64_t(mc) : int64_t(mc);
