@@ -29,7 +29,9 @@ struct RecipeRegistrar {
   static ::moenum::reference::RecipeRegistrar moenum_recipe_registrar_##ID(                               \
       NAME, [](const ::moenum::Scenario& sc, const ::moenum::Problem& prob, const ::moenum::DispatchPlan& plan, \
                const ::moenum::reference::LayerOptions& opt) {                                            \
-        return ::moenum::reference::grouped_mlp((__VA_ARGS__)(sc), prob, plan, opt);                      \
+        auto pol = (__VA_ARGS__)(sc);                                                                     \
+        pol.device = opt.gemm_device;                                                                     \
+        return ::moenum::reference::grouped_mlp(pol, prob, plan, opt);                                    \
       })
 
 // Outputs, stages and GEMM statistics as a BackendResult.
