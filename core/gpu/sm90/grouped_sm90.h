@@ -6,7 +6,9 @@
 // Both choices below are made once per plan from host-known static information only (groups, N, K,
 // the GEMM kind), never from the device-side counts:
 //   tile  : 128x128x64 cooperative (every kind), or 128x256x64 cooperative with a 1x2 cluster
-//           (Fprop only, N >= 1024 and a multiple of 512: fprop_wide_tile).
+//           (Fprop only, N >= 1024 and a multiple of 512: fprop_wide_tile). A third, 128x256x64 with
+//           a 2x1 cluster (the two CTAs share the B tile: torch._grouped_mm's choice for large
+//           shapes), is there on request only (Tile::T128x256M2) until the bench shows where it wins.
 //   chunks: Fprop/Dgrad split each group's rows, on the device, into up to `chunks` sub-groups of at
 //           least `chunk_rows` rows (multiples of the tile's M). CUTLASS's grouped tile scheduler
 //           walks a group's tiles along M (no swizzle without host problem sizes), so one wave of a
@@ -29,10 +31,10 @@ class GroupedGemmPlan {
   virtual void launch(const GroupedGemmDesc& g, cudaStream_t s) = 0;
 };
 
-enum class Tile { Auto, T128x128, T128x256 };
+enum class Tile { Auto, T128x128, T128x256, T128x256M2 };
 
 struct PlanOptions {
-  Tile tile = Tile::Auto;  // T128x256 is honoured for Fprop only
+  Tile tile = Tile::Auto;  // T128x256 and T128x256M2 are honoured for Fprop only
   int chunks = -1;         // max sub-groups per group (1 = no split); -1 = choose from the groups
   int chunk_rows = 2048;   // minimum rows of a sub-group
 };
