@@ -1,5 +1,7 @@
-// What this module was built with and which GPU it sees (the results files' root attribute gpu).
+// What this module was built with and which GPU it sees (the results files' root attribute gpu), and
+// where the oracles' GEMMs run (execution.device).
 #include "binding_registry.h"
+#include "device_gemm.h"
 #ifdef MOENUM_HAVE_CUDA
 #include "device.h"
 #endif
@@ -22,6 +24,12 @@ void bind(py::module_& m) {
   m.def("gpu_description", [] { return std::string("none"); }, "\"none\": this module was built without CUDA");
   m.def("gpu_memory", [] { return py::make_tuple(0, 0); }, "(0, 0): this module was built without CUDA");
 #endif
+  m.def("execution_device", [](const std::string& requested) {
+    const reference::ExecutionChoice c = reference::resolve_execution_device(requested);
+    return py::make_tuple(c.ok, c.device == reference::ExecutionDevice::gpu ? "gpu" : "cpu", c.reason);
+  }, py::arg("requested"),
+  "(ok, device, reason): execution.device (auto | cpu | gpu) resolved on this machine; ok is false for gpu "
+  "without a usable GPU or without CUDA in this build");
 }
 
 BindRegistrar registrar(bind);

@@ -145,6 +145,9 @@ void bind(py::module_& m) {
       .def_readwrite("inputs", &OutputConfig::inputs)
       .def_readwrite("intermediates", &OutputConfig::intermediates)
       .def_readwrite("diffs", &OutputConfig::diffs);
+  py::class_<ExecutionConfig>(m, "ExecutionConfig")
+      .def(py::init<>())
+      .def_readwrite("device", &ExecutionConfig::device);
   py::class_<Scenario>(m, "Scenario")
       .def(py::init<>())
       .def_readwrite("name", &Scenario::name)
@@ -157,6 +160,7 @@ void bind(py::module_& m) {
       .def_readwrite("recipe", &Scenario::recipe)
       .def_readwrite("weights", &Scenario::weights)
       .def_readwrite("output", &Scenario::output)
+      .def_readwrite("execution", &Scenario::execution)
       .def_readwrite("inputs", &Scenario::inputs)
       .def("validate", [](const Scenario& sc) { validate(sc); });
 

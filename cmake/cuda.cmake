@@ -61,6 +61,8 @@ target_compile_definitions(moenum_gpu INTERFACE MOENUM_HAVE_CUDA=1)
 if(MOENUM_GPU_SOURCES)
   add_library(moenum_gpu_objs OBJECT ${MOENUM_GPU_SOURCES})
   target_include_directories(moenum_gpu_objs PUBLIC core/include core/gpu)
+  # after core/gpu: core/gpu/oracle/ implements reference/device_gemm.h (the oracles' GEMM device)
+  target_include_directories(moenum_gpu_objs PRIVATE reference)
   target_link_libraries(moenum_gpu_objs PUBLIC CUDA::cudart CUDA::cublasLt CUDA::cublas Eigen3::Eigen OpenMP::OpenMP_CXX)
   target_compile_definitions(moenum_gpu_objs PUBLIC MOENUM_HAVE_CUDA=1)
   # --fmad=false: the elementwise kernels must round exactly like the CPU reference, which is built

@@ -233,15 +233,25 @@ float dot_rn_f32(const double* a, const double* b, int64_t K, int64_t sa, int64_
 
 Matrix gemm_nt_rn_f32(const Matrix& A, const Matrix& B, const Vector* bias, GemmStats* stats,
                       const ExactGemmOptions& opt) {
+  MOENUM_CHECK(B.cols() == A.cols(), "gemm_nt_rn_f32: A and B disagree on K");
+  Matrix Cd, S;
+  if (!opt.force_exact && A.rows() > 0 && B.rows() > 0) {
+    Cd.noalias() = A * B.transpose();
+    S.noalias() = A.cwiseAbs() * B.cwiseAbs().transpose();
+  }
+  return certify_gemm_nt(A, B, bias, std::move(Cd), std::move(S), stats, opt);
+}
+
+Matrix certify_gemm_nt(const Matrix& A, const Matrix& B, const Vector* bias, Matrix Cd, Matrix S,
+                       GemmStats* stats, const ExactGemmOptions& opt) {
   const int64_t M = A.rows(), N = B.rows(), K = A.cols();
   MOENUM_CHECK(B.cols() == K, "gemm_nt_rn_f32: A and B disagree on K");
   MOENUM_CHECK(!bias || bias->size() == N, "gemm_nt_rn_f32: bias length must be N");
   Matrix C(M, N);
   if (M == 0 || N == 0) return C;
-  Matrix Cd, S;
   if (!opt.force_exact) {
-    Cd.noalias() = A * B.transpose();
-    S.noalias() = A.cwiseAbs() * B.cwiseAbs().transpose();
+    MOENUM_CHECK(Cd.rows() == M && Cd.cols() == N && S.rows() == M && S.cols() == N,
+                 "certify_gemm_nt: the products do not have the shape of A . B^T");
     if (bias) {
       Cd.rowwise() += bias->transpose();
       S.rowwise() += bias->cwiseAbs().transpose();

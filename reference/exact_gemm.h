@@ -79,6 +79,12 @@ struct ExactGemmOptions {
 // is the correctly rounded fp32 value of the exact sum (stored in fp64). bias may be null.
 Matrix gemm_nt_rn_f32(const Matrix& A, const Matrix& B, const Vector* bias = nullptr,
                       GemmStats* stats = nullptr, const ExactGemmOptions& opt = {});
+// The same GEMM from fp64 products computed elsewhere, in any summation order (a GPU's DGEMM): Cd =
+// A . B^T and S = |A| . |B|^T, both without the bias. The certificate holds for every order, and an
+// output it cannot certify is summed exactly from A and B here, so the result is bitwise that of
+// gemm_nt_rn_f32 (a correctly rounded value is unique). Cd and S are not read under force_exact.
+Matrix certify_gemm_nt(const Matrix& A, const Matrix& B, const Vector* bias, Matrix Cd, Matrix S,
+                       GemmStats* stats = nullptr, const ExactGemmOptions& opt = {});
 // C = A . B (A: M x K, B: K x N) and C = A^T . B (A: K x M, B: K x N), same rounding.
 Matrix gemm_nn_rn_f32(const Matrix& A, const Matrix& B, GemmStats* stats = nullptr);
 Matrix gemm_tn_rn_f32(const Matrix& A, const Matrix& B, GemmStats* stats = nullptr);

@@ -1,5 +1,6 @@
 // Backend `golden`: the layer in fp64 from the same bf16 inputs, no quantization, no intermediate
 // rounding (numerics.md §6): how far a recipe is from the ideal layer.
+#include "device_gemm.h"
 #include "moenum/backend.h"
 #include "moenum/stage_names.h"
 #include "recipes.h"
@@ -15,8 +16,13 @@ class GoldenBackend final : public Backend {
     return {};
   }
   BackendResult compute(const RunContext& ctx) override {
-    LayerResult r = grouped_mlp(GoldenPolicy{}, ctx.problem, ctx.plan, layer_options(ctx.scenario));
-    return to_backend_result(std::move(r), GoldenPolicy::gemm_attr);
+    const OracleDevice dev = oracle_device(ctx.scenario.execution.device);
+    GoldenPolicy pol;
+    pol.device = dev.engine.get();
+    LayerResult r = grouped_mlp(pol, ctx.problem, ctx.plan, layer_options(ctx.scenario));
+    BackendResult out = to_backend_result(std::move(r), dev.engine ? GoldenPolicy::device_gemm_attr : GoldenPolicy::gemm_attr);
+    dev.describe(out);
+    return out;
   }
 };
 

@@ -36,6 +36,9 @@ struct LayerOptions {
   std::string bias_mode = "separate";
   bool backward = true;                // false: y only (finite-difference tests)
   bool keep_stages = false;            // keep h, act, a, o, out, da, dh, dx_row
+  // The oracles' GEMM device (execution.device, device_gemm.h): null = the CPU. The recipe runners
+  // hand it to their policy; cpu.eigen's policies ignore it.
+  DeviceGemm* gemm_device = nullptr;
 };
 
 inline LayerOptions layer_options(const Scenario& sc) {

@@ -208,7 +208,8 @@ namespace {
 // one is refused before any work), and the operand stages are added after it.
 const RecipeRegistrar mxfp8_registrar(
     "mxfp8", [](const Scenario& sc, const Problem& prob, const DispatchPlan& plan, const LayerOptions& opt) {
-      const Mxfp8Policy pol = Mxfp8Policy::from_scenario(sc);
+      Mxfp8Policy pol = Mxfp8Policy::from_scenario(sc);
+      pol.device = opt.gemm_device;
       pol.check_config(prob, plan);
       LayerResult r = with_accumulate(sc, pol, [&](const auto& p) { return grouped_mlp(p, prob, plan, opt); });
       if (opt.keep_stages) add_mx_operand_stages(pol, prob, plan, r.stages);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "device_gemm.h"
 #include "exact_gemm.h"
 #include "k_ordered_gemm.h"
 #include "moenum/bf16.h"
@@ -42,12 +43,18 @@ struct GoldenPolicy {
   static constexpr const char* act_dtype = "fp64";    // y, dx and the activation stages
   static constexpr const char* grad_dtype = "fp64";   // dw1, dw2, db1, db2, dprobs
   static constexpr const char* gemm_attr = "fp64, products summed in k order";
+  static constexpr const char* device_gemm_attr = "fp64 on the device (cuBLAS DGEMM order), then the bias";
+  DeviceGemm* device = nullptr;  // execution.device gpu: the GEMMs there (device_gemm.h); null: the CPU
 
   Real round_act(Real v) const { return v; }
   Matrix quantize_operand(const Matrix& m, Gemm, Operand) const { return m; }
   Matrix gemm(const Matrix& A, const Matrix& B, Gemm, const Vector* bias, GemmStats& st) const {
     st.outputs += A.rows() * B.rows();
-    return gemm_nt_f64_seq(A, B, bias);
+    if (!device) return gemm_nt_f64_seq(A, B, bias);
+    Matrix C;
+    device->gemm_nt(A, B, C, nullptr);
+    if (bias) C.rowwise() += bias->transpose();  // the bias last, as gemm_nt_f64_seq adds it
+    return C;
   }
   // sum_k a[k*sa] * b[k*sb]: the dprobs dot products and the bias-gradient reductions.
   Real dot(const double* a, const double* b, int64_t K, int64_t sa, int64_t sb, GemmStats& st) const {
@@ -70,6 +77,8 @@ struct ExactRecipePolicy {
   static constexpr const char* grad_dtype = "fp32";
   static constexpr const char* gemm_attr = "ideal: exact sum of products, rounded once to fp32";
   ActRound round;
+  // execution.device gpu: the fp64 products (C and |A|.|B|^T) there, certified here (device_gemm.h)
+  DeviceGemm* device = nullptr;
 
   Real round_act(Real v) const { return round(v); }
 
@@ -81,7 +90,10 @@ struct ExactRecipePolicy {
   Matrix quantize_operand(const Matrix& m, Gemm, Operand) const { return m; }
 
   Matrix gemm(const Matrix& A, const Matrix& B, Gemm, const Vector* bias, GemmStats& st) const {
-    return gemm_nt_rn_f32(A, B, bias, &st);
+    if (!device) return gemm_nt_rn_f32(A, B, bias, &st);
+    Matrix C, S;
+    if (A.rows() > 0 && B.rows() > 0) device->gemm_nt(A, B, C, &S);
+    return certify_gemm_nt(A, B, bias, std::move(C), std::move(S), &st);
   }
   Real dot(const double* a, const double* b, int64_t K, int64_t sa, int64_t sb, GemmStats& st) const {
     return dot_rn_f32(a, b, K, sa, sb, &st);

@@ -31,8 +31,10 @@ struct RecipeRegistrar {
   static ::moenum::reference::RecipeRegistrar moenum_recipe_registrar_##ID(                               \
       NAME, [](const ::moenum::Scenario& sc, const ::moenum::Problem& prob, const ::moenum::DispatchPlan& plan, \
                const ::moenum::reference::LayerOptions& opt) {                                            \
-        return ::moenum::reference::with_accumulate(sc, (__VA_ARGS__)(sc), [&](const auto& pol) {          \
-          return ::moenum::reference::grouped_mlp(pol, prob, plan, opt);                                  \
+        auto pol = (__VA_ARGS__)(sc);                                                                     \
+        pol.device = opt.gemm_device;                                                                     \
+        return ::moenum::reference::with_accumulate(sc, pol, [&](const auto& p) {                         \
+          return ::moenum::reference::grouped_mlp(p, prob, plan, opt);                                    \
         });                                                                                               \
       })
 

@@ -1,6 +1,7 @@
 // Backend `reference`: the recipe emulated bit for bit on the CPU (numerics.md §6): operands as the
 // recipe stores or quantizes them, every GEMM output the correctly rounded fp32 value of the exact
 // sum, elementwise stages in fp32 with the shared activation code.
+#include "device_gemm.h"
 #include "moenum/backend.h"
 #include "moenum/stage_names.h"
 #include "recipes.h"
@@ -25,9 +26,12 @@ class ReferenceBackend final : public Backend {
     return {};
   }
   BackendResult compute(const RunContext& ctx) override {
-    LayerResult r = recipe_registry().at(ctx.scenario.recipe.name)(ctx.scenario, ctx.problem, ctx.plan,
-                                                                   layer_options(ctx.scenario));
+    const OracleDevice dev = oracle_device(ctx.scenario.execution.device);
+    LayerOptions opt = layer_options(ctx.scenario);
+    opt.gemm_device = dev.engine.get();  // hopper_mma computes its GEMMs with the model, on the CPU
+    LayerResult r = recipe_registry().at(ctx.scenario.recipe.name)(ctx.scenario, ctx.problem, ctx.plan, opt);
     BackendResult out = to_backend_result(std::move(r), hopper_mma(ctx.scenario) ? kHopperMmaAttr : Bf16Policy::gemm_attr);
+    dev.describe(out);
     out.attrs["recipe"] = ctx.scenario.recipe.name;
     out.attrs["bias_mode"] = ctx.scenario.recipe.bias_mode;
     out.attrs["accumulate"] = ctx.scenario.recipe.accumulate;

@@ -5,8 +5,9 @@
 # torch._grouped_mm peer; logs go to $OUT (default build/gpu-check), a summary table is printed last.
 #
 #   scripts/gpu-check.sh [STAGE...]     stages: build tests sanitize scenarios verify tc external robust
-#                                       nightly scale bench layer (default: all; the Python package is built
-#                                       for scenarios, verify, tc, external, robust, nightly, scale and layer)
+#                                       nightly scale gpuref bench layer (default: all; the Python package is
+#                                       built for scenarios, verify, tc, external, robust, nightly, scale, gpuref
+#                                       and layer)
 #                                       and, on request only, baseline: writes $OUT/baselines/<arch>.json
 #                                       (the nightly suite on this GPU) to copy into baselines/ and commit
 #
@@ -27,7 +28,7 @@ ROOT=$PWD
 OUT=${OUT:-$ROOT/build/gpu-check}
 mkdir -p "$OUT"
 STAGES=("$@")
-[ ${#STAGES[@]} -eq 0 ] && STAGES=(build tests sanitize scenarios verify tc external robust nightly scale bench layer)
+[ ${#STAGES[@]} -eq 0 ] && STAGES=(build tests sanitize scenarios verify tc external robust nightly scale gpuref bench layer)
 want() { local s; for s in "${STAGES[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 export PATH="/usr/local/cuda/bin:$PATH"
 JOBS=$(nproc)
@@ -98,7 +99,7 @@ fi
 
 # ---- the Python package: needed by the scenarios, verify, external, robust, nightly and scale stages
 if want scenarios || want verify || want tc || want external || want robust || want nightly || want scale \
-   || want baseline || want layer; then
+   || want baseline || want gpuref || want layer; then
   # The Python module built by CMake into the same tree (incremental: only the bindings compile),
   # then the package run from a temporary copy of bindings/moenum: no pip install needed offline.
   {
@@ -207,6 +208,29 @@ if want scale && [ -d /tmp/moenum-py/moenum ]; then
     >"$OUT/scale-profile.txt" 2>&1
   row=$(tail -1 "$OUT/scale.md")
   [ $rc -eq 0 ] && note scale ok "$((SECONDS - t0)) s; $row" || note scale FAILED "rc $rc; $row"
+fi
+
+# ---- golden and reference on the GPU (execution.device): gtests, every bundled scenario's oracles on
+# cpu and gpu (reference bitwise, golden 1e-12), the Qwen3 point (auto = gpu here, then cpu) and the
+# DeepSeek-V3 EP8 rank-0 mxfp8 point (gpu) timed end to end ----------------------------------------
+if want gpuref && [ -d /tmp/moenum-py/moenum ]; then
+  t0=$SECONDS
+  fails=()
+  if [ -x $BUILD/moenum_gpu_tests ]; then
+    timeout 300 $BUILD/moenum_gpu_tests --gtest_filter='*GpuOracle*' >"$OUT/gpuref-gtests.log" 2>&1 || fails+=(gtests)
+  else
+    fails+=("no $BUILD/moenum_gpu_tests (run the build stage)")
+  fi
+  PYTHONPATH=/tmp/moenum-py timeout 1200 python3 -m pytest -q -p no:cacheprovider -o addopts="" -rs \
+    tests/python/test_execution_device.py >"$OUT/gpuref-pytest.log" 2>&1 || fails+=(pytest)
+  PYTHONPATH=/tmp/moenum-py timeout 700 python3 bench/verify_scale.py --moenum "python3 -m moenum" --timeout 330 \
+    --sweep execution.device=cpu bench/scenarios/qwen3-30b-a3b.yaml >"$OUT/gpuref-scale.md" 2>&1
+  PYTHONPATH=/tmp/moenum-py timeout 400 python3 bench/verify_scale.py --moenum "python3 -m moenum" --timeout 380 \
+    bench/scenarios/deepseek-v3-ep8.yaml 2>&1 | tail -n 1 >>"$OUT/gpuref-scale.md"
+  [ "$(grep -c '| # OK:' "$OUT/gpuref-scale.md")" -eq 3 ] || fails+=("a timed point did not pass (gpuref-scale.md)")
+  rows=$(grep -E '^\| (qwen3|execution|deepseek)' "$OUT/gpuref-scale.md" | cut -d'|' -f2,3,6 | tr '\n' ';')
+  [ ${#fails[@]} -eq 0 ] && note gpuref ok "$((SECONDS - t0)) s; $(tail -1 "$OUT/gpuref-pytest.log"); point|wall s|RSS: $rows" \
+                         || note gpuref FAILED "${fails[*]}; $(tail -1 "$OUT/gpuref-pytest.log"); $rows"
 fi
 
 # ---- bench: our engines and torch._grouped_mm on the same shapes, same run ------------------------

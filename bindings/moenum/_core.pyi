@@ -8,7 +8,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['BackendTraits', 'CLASSES', 'ConfigError', 'DISPOSITIONS', 'DispatchConfig', 'GEMMS', 'InputRegime', 'InternalError', 'ModelConfig', 'OutputConfig', 'Prepared', 'RecipeConfig', 'RoutingConfig', 'STAGES', 'Scenario', 'SkewConfig', 'SpecialValues', 'accumulator_interval', 'backend_availability', 'backend_names', 'backend_traits', 'backends', 'bitwise_diff', 'built_with_cuda', 'check_stages', 'count_nonfinite', 'e8m0_from_amax', 'e8m0_from_f32_rceil', 'e8m0_inv_scale', 'e8m0_to_f32', 'error_stats', 'exact_gemm_nt', 'fp8_decode', 'fp8_encode', 'gamma', 'gpu_description', 'gpu_memory', 'grid_step', 'mx_dequantize', 'mx_quantize', 'prepare', 'round_to', 'run_backend', 'tc_dot', 'tc_representable', 'ulp_distance']
+__all__: list[str] = ['BackendTraits', 'CLASSES', 'ConfigError', 'DISPOSITIONS', 'DispatchConfig', 'ExecutionConfig', 'GEMMS', 'InputRegime', 'InternalError', 'ModelConfig', 'OutputConfig', 'Prepared', 'RecipeConfig', 'RoutingConfig', 'STAGES', 'Scenario', 'SkewConfig', 'SpecialValues', 'accumulator_interval', 'backend_availability', 'backend_names', 'backend_traits', 'backends', 'bitwise_diff', 'built_with_cuda', 'check_stages', 'count_nonfinite', 'e8m0_from_amax', 'e8m0_from_f32_rceil', 'e8m0_inv_scale', 'e8m0_to_f32', 'error_stats', 'exact_gemm_nt', 'execution_device', 'fp8_decode', 'fp8_encode', 'gamma', 'gpu_description', 'gpu_memory', 'grid_step', 'mx_dequantize', 'mx_quantize', 'prepare', 'round_to', 'run_backend', 'tc_dot', 'tc_representable', 'ulp_distance']
 class ConfigError(ValueError):
     key: typing.ClassVar[str] = ''
     message: typing.ClassVar[str] = ''
@@ -112,6 +112,10 @@ class DispatchConfig:
     @ranks.setter
     def ranks(self, arg0: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> None:
         ...
+class ExecutionConfig:
+    device: str
+    def __init__(self) -> None:
+        ...
 class RecipeConfig:
     accumulate: str
     bias_mode: str
@@ -193,6 +197,7 @@ class OutputConfig:
 class Scenario:
     description: str
     dispatch: DispatchConfig
+    execution: ExecutionConfig
     model: ModelConfig
     name: str
     output: OutputConfig
@@ -344,6 +349,10 @@ def exact_gemm_nt(A: typing.Annotated[numpy.typing.ArrayLike, numpy.float64], B:
     """
     C = A . B^T of the reference: (c_rn_f32, absprod, c64). c_rn_f32: correctly rounded fp32 of the exact
     sum; absprod: sum_k |a_k b_k|; c64: the exact sum where fp64 certifies it, else NaN.
+    """
+def execution_device(requested: str) -> tuple:
+    """
+    (ok, device, reason): execution.device (auto | cpu | gpu) resolved on this machine; ok is false for gpu without a usable GPU or without CUDA in this build
     """
 def fp8_decode(codes: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], fmt: str) -> numpy.typing.NDArray[numpy.float32]:
     """

@@ -120,10 +120,12 @@ class ExpansionProgress:
 
 def prepare(points: list[Scenario], out, backends=None) -> dict:
     """Everything that can fail before any computation: the output folder and the points' file names
-    (output_folder), and whether each point fits in memory (resources). Returns each point's host
-    memory estimate in bytes, by name."""
+    (output_folder), whether each point's execution.device is usable here (execution), and whether
+    each point fits in memory (resources). Returns each point's host memory estimate in bytes, by name."""
+    from .execution import require_devices
     from .resources import require_fits
     prepare_output(out, points)
+    require_devices(points)
     return require_fits(points, backends)
 
 

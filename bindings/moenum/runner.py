@@ -8,6 +8,7 @@ import numpy as np
 from . import _core, external, traits
 from .disposition import ERROR, FAILED, NOT_VERIFIED, PASSED, ran_ok
 from .errors import ScenarioError
+from .execution import require_devices
 from .provenance import root_attributes
 from .ranks import partial_experts, results_attributes
 from .result import RunResult
@@ -102,6 +103,7 @@ def run(scenario, out="results", backends: list[str] | None = None, inject=None)
         checked = traits.under_test(name) or name in injected_backends
         return cfg["output"]["intermediates"] or (check_stages and checked)
 
+    require_devices([sc])
     core_sc = to_core(sc)
     try:
         prepared = _core.prepare(core_sc)

@@ -464,6 +464,9 @@ def to_core(sc: Scenario):
     o = core.output
     o.inputs, o.intermediates, o.diffs = c["output"]["inputs"], c["output"]["intermediates"], c["output"]["diffs"]
     core.output = o
+    ex = core.execution
+    ex.device = c["execution"]["device"]
+    core.execution = ex
     regimes = {}
     for tensor, reg in c["inputs"].items():
         ir = _core.InputRegime()

@@ -131,6 +131,12 @@ SCHEMA: dict[str, Any] = {
         "intermediates": Key(bool, False),
         "diffs": Key(str, "summary", choices=("summary", "full")),
     },
+    # Where golden and reference compute their fp64 GEMMs (reference/device_gemm.h): auto = the GPU when
+    # this build has CUDA and a device is usable, else the CPU; gpu without one is an environment
+    # failure (exit 3). The reference is bitwise the same on either; golden agrees to about 1e-12.
+    "execution": {
+        "device": Key(str, "auto", choices=("auto", "cpu", "gpu")),
+    },
     # Verification (moenum.verify, moenum.stages): teacher-forced stage checks of the backends under
     # test (they keep their stage tensors while they run; the tensors are written to the file only
     # with output.intermediates; without stage checks they are not_verified), and the per-point

@@ -84,6 +84,12 @@ struct OutputConfig {
   std::string diffs = "summary";     // summary | full
 };
 
+// Where the oracles (golden, reference) compute their fp64 GEMMs: auto | cpu | gpu
+// (reference/device_gemm.h resolves auto). The backends under test are not affected.
+struct ExecutionConfig {
+  std::string device = "auto";
+};
+
 struct Scenario {
   std::string name;
   std::string description;
@@ -95,6 +101,7 @@ struct Scenario {
   RecipeConfig recipe;
   std::string weights = "single";    // single | discrete
   OutputConfig output;
+  ExecutionConfig execution;
   std::map<std::string, InputRegime> inputs;  // keyed by x, w1, b1, w2, b2, dy
 };
 
