@@ -5,6 +5,9 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <memory>
+#include <stdexcept>
+
 #include "binding_registry.h"
 
 #if defined(MOENUM_HAVE_NCCL)
@@ -147,16 +150,27 @@ void bind(py::module_& m) {
     if (r != ncclSuccess) throw std::runtime_error(std::string("ncclGetUniqueId: ") + ncclGetErrorString(r));
     return py::bytes(reinterpret_cast<const char*>(&id), sizeof id);
   }, "A new NCCL unique id (rank 0 makes it and broadcasts it over MPI)");
-  py::class_<NcclComm>(m, "NcclComm", "An NCCL communicator on this rank's GPU (local rank mod device count)")
-      .def(py::init<const py::bytes&, int, int, int, double>(), py::arg("unique_id"), py::arg("size"), py::arg("rank"),
-           py::arg("local_rank"), py::arg("timeout_s"))
+  // Private class, public factory: every build has the same public names (the stubs list them).
+  py::class_<NcclComm>(m, "_NcclComm", "An NCCL communicator on this rank's GPU (local rank mod device count)")
       .def("alltoallv", &NcclComm::alltoallv, py::arg("send"), py::arg("send_counts"), py::arg("recv_counts"),
            "Bytes send[offsets[p]:][:send_counts[p]] to rank p, grouped ncclSend/ncclRecv; returns what arrived");
+  m.def("nccl_comm", [](const py::bytes& uid, int size, int rank, int local_rank, double timeout_s) {
+    return std::make_unique<NcclComm>(uid, size, rank, local_rank, timeout_s);
+  }, py::arg("unique_id"), py::arg("size"), py::arg("rank"), py::arg("local_rank"), py::arg("timeout_s"),
+  "This rank's NCCL communicator, from rank 0's unique id, on its GPU (local rank mod device count)");
 }
 
 #else
 
-void bind(py::module_& m) { m.attr("built_with_nccl") = false; }
+[[noreturn]] void no_nccl() { throw std::runtime_error("this moenum was built without CUDA and NCCL"); }
+
+void bind(py::module_& m) {
+  m.attr("built_with_nccl") = false;
+  m.def("nccl_unique_id", []() -> py::bytes { no_nccl(); }, "Unavailable: built without NCCL");
+  m.def("nccl_comm", [](const py::bytes&, int, int, int, double) -> py::none { no_nccl(); },
+        py::arg("unique_id"), py::arg("size"), py::arg("rank"), py::arg("local_rank"), py::arg("timeout_s"),
+        "Unavailable: built without NCCL");
+}
 
 #endif
 

@@ -57,7 +57,7 @@ class NcclTransport(Transport):
                                      "(build with -Ccmake.define.MOENUM_CUDA=ON on a machine with NCCL)")
         uid = _core.nccl_unique_id() if world.is_root else None
         uid = world.bcast_object(uid, "the NCCL unique id")
-        self.comm = _core.NcclComm(uid, world.size, world.rank, world.local_rank, world.timeout)
+        self.comm = _core.nccl_comm(uid, world.size, world.rank, world.local_rank, world.timeout)
 
     def _move(self, send, send_counts, recv_counts, what):
         try:
