@@ -34,7 +34,7 @@ BOUND_S = 120  # a failing job must end well within this
 def mpi_env(**extra) -> dict:
     """Open MPI as root on a small machine: allowed for the tests only, more ranks than cores allowed."""
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="1")
+               OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="1", NCCL_NVLS_ENABLE="0")
     env.update(extra)
     return env
 
