@@ -117,11 +117,17 @@ if(MOENUM_BUILD_TESTS)
   endif()
 endif()
 
-# ---- GPU bench (bench/gpu_*.cu): off by default, scripts/gpu-check.sh turns it on ----------------
-option(MOENUM_GPU_BENCH "Build the GPU GEMM bench (bench/gpu_*.cu)" OFF)
+# ---- GPU benches: off by default, scripts/gpu-check.sh turns them on -----------------------------
+#   moenum_gpu_bench        bench/gpu_gemm_bench.cu   forward grouped GEMM of the engines
+#   moenum_gpu_layer_bench  bench/gpu_layer_bench.cu  the whole layer, graph replay, MXFP8 quantize
+option(MOENUM_GPU_BENCH "Build the GPU benches (bench/gpu_*.cu)" OFF)
 if(MOENUM_GPU_BENCH)
-  file(GLOB MOENUM_GPU_BENCH_SOURCES CONFIGURE_DEPENDS bench/gpu_*.cu)
-  add_executable(moenum_gpu_bench ${MOENUM_GPU_BENCH_SOURCES} ${MOENUM_LINK_OBJECTS})
-  target_link_libraries(moenum_gpu_bench PRIVATE moenum_core moenum_gpu)
-  target_include_directories(moenum_gpu_bench PRIVATE core/include core/gpu)
+  foreach(bench IN ITEMS moenum_gpu_bench:gpu_gemm_bench moenum_gpu_layer_bench:gpu_layer_bench)
+    string(REPLACE ":" ";" parts ${bench})
+    list(GET parts 0 target)
+    list(GET parts 1 source)
+    add_executable(${target} bench/${source}.cu ${MOENUM_LINK_OBJECTS})
+    target_link_libraries(${target} PRIVATE moenum_core moenum_gpu)
+    target_include_directories(${target} PRIVATE core/include core/gpu)
+  endforeach()
 endif()

@@ -5,8 +5,8 @@
 # torch._grouped_mm peer; logs go to $OUT (default build/gpu-check), a summary table is printed last.
 #
 #   scripts/gpu-check.sh [STAGE...]     stages: build tests sanitize scenarios verify external robust nightly
-#                                       scale bench (default: all; the Python package is built for scenarios,
-#                                       verify, external, robust, nightly and scale)
+#                                       scale bench layer (default: all; the Python package is built for
+#                                       scenarios, verify, external, robust, nightly, scale and layer)
 #                                       and, on request only, baseline: writes $OUT/baselines/<arch>.json
 #                                       (the nightly suite on this GPU) to copy into baselines/ and commit,
 #                                       and multigpu (nvidia-h200-x2): EP 2 under mpirun with transport nccl,
@@ -22,6 +22,9 @@
 #   megatron_core-*.whl    Megatron-core for the external stage, fetched on a machine with PyPI:
 #                            python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #                              --implementation cp --platform manylinux_2_28_x86_64 -d .gpudeps megatron-core==0.19.2
+# MOENUM_GPU_PREBUILT=DIR uses a build tree made on another machine with the same nvcc for sm_90a
+# (cmake ... -DMOENUM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DMOENUM_PYTHON=ON -DMOENUM_GPU_BENCH=ON,
+# carried to this one) instead of building here: device time is spent measuring, not compiling.
 # Exit code: 0 when every stage that ran passed, 1 otherwise.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -30,11 +33,11 @@ ROOT=$PWD
 OUT=${OUT:-$ROOT/build/gpu-check}
 mkdir -p "$OUT"
 STAGES=("$@")
-[ ${#STAGES[@]} -eq 0 ] && STAGES=(build tests sanitize scenarios verify external robust nightly scale bench)
+[ ${#STAGES[@]} -eq 0 ] && STAGES=(build tests sanitize scenarios verify external robust nightly scale bench layer)
 want() { local s; for s in "${STAGES[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 export PATH="/usr/local/cuda/bin:$PATH"
 JOBS=$(nproc)
-BUILD=build/gpu
+BUILD=${MOENUM_GPU_PREBUILT:-build/gpu}
 declare -A RESULT
 SUMMARY=()
 note() { RESULT[$1]=$2; SUMMARY+=("$(printf '%-10s %-8s %s' "$1" "$2" "$3")"); }
@@ -57,7 +60,10 @@ done
 [ -n "${UNPACKED:-}" ] && CMAKE_EXTRA+=("-DCMAKE_PREFIX_PATH=$DEPS/root/usr;$DEPS/root/usr/lib/x86_64-linux-gnu/cmake/GTest;$DEPS/root/usr/share/eigen3/cmake")
 
 # ---- build -------------------------------------------------------------------------------------
-if want build; then
+if want build && [ -n "${MOENUM_GPU_PREBUILT:-}" ]; then
+  missing=$(for f in $BUILD/moenum_gpu_* $BUILD/_core*.so; do ldd "$f" | grep 'not found'; done | sort -u | tr '\n' ' ')
+  [ -z "$missing" ] && note build ok "prebuilt in $BUILD" || note build FAILED "prebuilt $BUILD: $missing"
+elif want build; then
   t0=$SECONDS
   if cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOENUM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
        -DMOENUM_BUILD_TESTS=ON -DMOENUM_PYTHON=OFF -DMOENUM_GPU_BENCH=ON "${CMAKE_EXTRA[@]}" >"$OUT/build.log" 2>&1 \
@@ -98,12 +104,12 @@ fi
 
 # ---- the Python package: needed by the scenarios, verify, external, robust, nightly and scale stages
 if want scenarios || want verify || want external || want robust || want nightly || want scale || want baseline \
-   || want multigpu; then
+   || want layer || want multigpu; then
   # The Python module built by CMake into the same tree (incremental: only the bindings compile),
   # then the package run from a temporary copy of bindings/moenum: no pip install needed offline.
   {
-    cmake -S . -B $BUILD -DMOENUM_PYTHON=ON -Dpybind11_DIR="$(python3 -m pybind11 --cmakedir)" "${CMAKE_EXTRA[@]}" \
-      && cmake --build $BUILD -j "$JOBS" --target _core \
+    [ -n "${MOENUM_GPU_PREBUILT:-}" ] || cmake -S . -B $BUILD -DMOENUM_PYTHON=ON -Dpybind11_DIR="$(python3 -m pybind11 --cmakedir)" "${CMAKE_EXTRA[@]}" \
+      && { [ -n "${MOENUM_GPU_PREBUILT:-}" ] || cmake --build $BUILD -j "$JOBS" --target _core; } \
       && rm -rf /tmp/moenum-py && mkdir -p /tmp/moenum-py && cp -r bindings/moenum /tmp/moenum-py/ \
       && cp $BUILD/_core*.so /tmp/moenum-py/moenum/ \
       && cp -r scenarios /tmp/moenum-py/moenum/scenarios
@@ -223,6 +229,19 @@ if want bench && [ -x $BUILD/moenum_gpu_bench ]; then
   fi
 fi
 
+# ---- layer: gpu.grouped's whole layer (eager, graph replay) and the torch.grouped_mm adapter's, ----
+# ---- same routing, same run; the MXFP8 quantize kernel beside a device-to-device copy -------------
+if want layer && [ -x $BUILD/moenum_gpu_layer_bench ] && [ -d /tmp/moenum-py/moenum ]; then
+  t0=$SECONDS
+  rm -rf "$OUT/layer-plans" && mkdir -p "$OUT/layer-plans"
+  { timeout 240 $BUILD/moenum_gpu_layer_bench layer "$OUT/layer-plans" \
+      && PYTHONPATH=/tmp/moenum-py timeout 240 python3 bench/gpu_layer_peer_torch.py "$OUT/layer-plans" | tail -n +2
+  } >"$OUT/layer.csv" 2>"$OUT/layer.err"
+  rc=$?
+  timeout 60 $BUILD/moenum_gpu_layer_bench quantize >"$OUT/quantize.csv" 2>>"$OUT/layer.err" || rc=1
+  [ $rc -eq 0 ] && note layer ok "$((SECONDS - t0)) s" || note layer FAILED "rc $rc; $(tail -1 "$OUT/layer.err")"
+fi
+
 # ---- summary, last ----------------------------------------------------------------------------
 if [ -s "$OUT/bench.csv" ]; then
   python3 - "$OUT/bench.csv" <<'PY' | tee "$OUT/bench_table.txt"
@@ -236,6 +255,20 @@ for r in rows:
     print(f"{r['shape']:<16}{r['dist']:<9}{r['engine']:<20}{float(r['ms']):>9.3f}{float(r['tflops']):>9.1f}{ratio:>9}")
 PY
 fi
+if [ -s "$OUT/layer.csv" ]; then
+  python3 - "$OUT/layer.csv" <<'PY' | tee "$OUT/layer_table.txt"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+peer = {(r["shape"], r["dist"]): float(r["ms"]) for r in rows if r["engine"] == "torch.grouped_mm"}
+print(f"{'layer fwd+bwd':<14}{'dist':<9}{'engine':<19}{'rows':>7}{'fwd ms':>9}{'ms':>9}{'TFLOP/s':>9}{'torch/this':>11}")
+for r in rows:
+    p = peer.get((r["shape"], r["dist"]))
+    ratio = f"{p / float(r['ms']):.2f}" if p else "-"
+    print(f"{r['shape']:<14}{r['dist']:<9}{r['engine']:<19}{r['rows']:>7}{float(r['fwd_ms']):>9.3f}{float(r['ms']):>9.3f}"
+          f"{float(r['tflops']):>9.1f}{ratio:>11}")
+PY
+fi
+[ -s "$OUT/quantize.csv" ] && { column -s, -t "$OUT/quantize.csv" 2>/dev/null || cat "$OUT/quantize.csv"; } | tee "$OUT/quantize_table.txt"
 echo
 echo "# gpu-check summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1))"
 printf '%s\n' "${SUMMARY[@]}"

@@ -80,6 +80,9 @@ def _parser() -> argparse.ArgumentParser:
     ben.add_argument("--cpu", action="store_true", help="CPU figures: smoke time, reference GEMM, MX quantize")
     ben.add_argument("--gpu", action="store_true", help="GPU grouped GEMM engines (needs a GPU)")
     ben.add_argument("--peer", help="peer to measure in the same run: torch (with --gpu)")
+    ben.add_argument("--layer", action="store_true",
+                     help="with --gpu: the whole layer forward+backward beside the torch.grouped_mm adapter, "
+                          "CUDA graph replay and the MXFP8 quantize bandwidth, instead of the GEMMs alone")
     rep = sub.add_parser("report", help="print the error table of a results file or folder")
     rep.add_argument("path", help="a results .h5 file or a folder of them")
     rep.add_argument("--by", help="group by these columns, e.g. tensor,expert")
@@ -260,7 +263,7 @@ def _command(args) -> int:
         return _cmd_nightly(args)
     if args.command == "bench":
         from .bench import run_bench
-        return run_bench(args.cpu, args.gpu, args.peer)
+        return run_bench(args.cpu, args.gpu, args.peer, args.layer)
     if args.command == "scenarios":
         return _cmd_scenarios(args)
     return _cmd_report(args)
