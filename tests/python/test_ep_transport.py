@@ -242,3 +242,23 @@ def test_the_exchange_arithmetic_is_the_backends_own(recipe, bias):
     assert rebuilt.tobytes() == out.tobytes()
     if bias:  # the bias matters: o alone is not out
         assert o.tobytes() != out.tobytes()
+
+
+@needs_mpi
+def test_local_and_distributed_points_in_one_job_and_resume(tmp_path):
+    """Under mpirun, a local point is rank 0's alone, a distributed one every rank's; a resumed run
+    that has nothing left to do ends every rank too."""
+    local = scenario(tmp_path, "mixed-local", "bf16", 16, ["none", "module"], "local")
+    dist = scenario(tmp_path, "mixed-mpi", "bf16", 16, ["none", "module"], "mpi")
+    for attempt in ("first", "resumed"):
+        t0 = time.monotonic()
+        r = mpirun(moenum_args("run", local, dist, "-o", tmp_path / "o", "--resume"), timeout=BOUND_S)
+        assert r.returncode == 0, (attempt, r.stdout + r.stderr)
+        assert time.monotonic() - t0 < BOUND_S
+    assert "4 resumed" in r.stdout
+    files = {f.name: f for f in (tmp_path / "o").glob("*.h5")}
+    assert len(files) == 4, sorted(files)
+    for name, f in files.items():
+        with h5py.File(f) as h:
+            want = ("mpi", 2) if name.startswith("mixed-mpi") else ("local", 1)
+            assert (h.attrs["transport"], int(h.attrs["world_size"])) == want, name

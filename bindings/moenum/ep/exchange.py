@@ -155,7 +155,7 @@ def gather(world, layout: RankLayout, result: dict, combined: dict, stage_names:
     return {"outputs": outputs, "stages": stages}
 
 
-def run_backend(world, transport, name: str, sc, core_sc, prepared, keep_stages: bool, run_local) -> dict | None:
+def run_backend(world, transport, name: str, sc, prepared, keep_stages: bool, run_local) -> dict | None:
     """One backend on this rank; the merged result on rank 0 (as `run_local` returns it), None elsewhere.
 
     run_local(name, core_sc, prepared, sc, keep_stages) runs a backend on one process (runner._run_backend)."""

@@ -34,11 +34,11 @@ class PointSession:
 
     def backend_runner(self, run_local):
         """run_local's signature; returns the merged result on rank 0, None on the other ranks."""
-        def run(name, core_sc, prepared, sc, keep_stages=None):
+        def run(name, core_sc, prepared, sc, keep_stages=None):  # noqa: ARG001 - each rank makes its own
             if self.transport is None:
                 self.transport = transport.make(self.transport_name, self.world)
-            return exchange.run_backend(self.world, self.transport, name, sc, core_sc, prepared,
-                                        bool(keep_stages), run_local)
+            return exchange.run_backend(self.world, self.transport, name, sc, prepared, bool(keep_stages),
+                                        run_local)
         return run
 
     def results_attributes(self) -> dict:
