@@ -83,11 +83,13 @@ int main() {
       std::vector<std::pair<std::string, std::unique_ptr<GemmEngine>>> engines;
 #ifdef MOENUM_HAVE_CUTLASS
       // .base = the single 128x128x64 configuration without sub-groups (the engine before the static
-      // tile/sub-group choice); gpu.grouped = the backend's choice; .split and .wide force one each.
+      // tile/sub-group choice); gpu.grouped = the backend's choice; .split and .wide force one each;
+      // .wide_m2 = 128x256 with a 2x1 cluster (B multicast), as torch._grouped_mm's large-shape kernel.
       engines.emplace_back("gpu.grouped.base", make_cutlass_sm90_engine({1, 1}));
       engines.emplace_back("gpu.grouped", make_cutlass_sm90_engine());
       engines.emplace_back("gpu.grouped.split", make_cutlass_sm90_engine({1, -1}));
       engines.emplace_back("gpu.grouped.wide", make_cutlass_sm90_engine({2, -1}));
+      engines.emplace_back("gpu.grouped.wide_m2", make_cutlass_sm90_engine({3, -1}));
       std::fprintf(stderr, "%s %s: auto tile %s, sub-groups per group %d\n", sh.name, zipf ? "zipf1.2" : "uniform",
                    moenum::gpu::sm90::fprop_wide_tile(g) ? "128x256 1x2" : "128x128", moenum::gpu::sm90::default_chunks(g));
 #endif

@@ -5,7 +5,8 @@
 //       shape,dist,engine,experts,hidden,ffn,topk,tokens,rows,fwd_ms,ms,tflops
 //     and, per shape and routing, PLAN_DIR/<shape>_<dist>.plan for bench/gpu_layer_peer_torch.py
 //     (the torch.grouped_mm adapter runs the identical routing: same counts, same rows).
-//   moenum_gpu_layer_bench quantize         CSV on stdout: rows,cols,what,ms,gbps,vs_copy
+//   moenum_gpu_layer_bench quantize         CSV on stdout: rows,cols,what,ms,gbps,vs_copy (both
+//     quantize kernels, which must give the same bytes)
 //
 // The layer is what gpu.grouped runs (core/gpu/grouped_mlp.h): dispatch gather, FC1, bias,
 // activation and probs, FC2, combine, and the backward of all of them with the six GEMMs; the
@@ -207,8 +208,8 @@ int bench_layer(const std::string& plan_dir) {
 }
 #endif
 
-// The quantize kernel (both directions, one pass) against cudaMemcpy of the same source: bytes
-// read plus bytes written over time, for both.
+// The quantize kernels (both directions, one pass) against cudaMemcpy of the same source: bytes
+// read plus bytes written over time, for each.
 int bench_quantize() {
   std::printf("rows,cols,what,ms,gbps,vs_copy\n");
   cudaStream_t s;
@@ -245,16 +246,32 @@ int bench_quantize() {
     const double copy_ms = time([&] {
       BENCH_CUDA(cudaMemcpyAsync(copy.get(), x.get(), n * 2, cudaMemcpyDeviceToDevice, s));
     });
-    const double quant_ms = time([&] {
-      gpu::launch_mx_quantize_bf16(x.get(), rows, cols, Fp8Format::E4M3, ScaleRounding::Rceil, kDefaultInvScale,
-                                   q_row.get(), s_row.get(), q_col.get(), s_col.get(), s);
-    });
-    const double copy_bytes = 2.0 * n * 2;                           // read + write
+    const double copy_bytes = 2.0 * n * 2;                              // read + write
     const double quant_bytes = n * 2.0 + 2.0 * n + 2.0 * n / kMxBlock;  // bf16 in; codes and scales out, both ways
-    const double copy_gbps = copy_bytes / (copy_ms * 1e-3) / 1e9, quant_gbps = quant_bytes / (quant_ms * 1e-3) / 1e9;
+    const double copy_gbps = copy_bytes / (copy_ms * 1e-3) / 1e9;
     std::printf("%ld,%ld,cudaMemcpy D2D,%.4f,%.0f,1.00\n", long(rows), long(cols), copy_ms, copy_gbps);
-    std::printf("%ld,%ld,mx_quantize rowwise+columnwise,%.4f,%.0f,%.2f\n", long(rows), long(cols), quant_ms,
-                quant_gbps, quant_gbps / copy_gbps);
+    std::vector<std::vector<uint8_t>> bytes;  // each kernel's codes and scales, to compare
+    for (auto [kernel, name] : {std::pair{gpu::MxQuantizeKernel::Tiled, "mx_quantize tiled"},
+                                std::pair{gpu::MxQuantizeKernel::Vectorized, "mx_quantize vectorized"}}) {
+      const double quant_ms = time([&] {
+        gpu::launch_mx_quantize_bf16(x.get(), rows, cols, Fp8Format::E4M3, ScaleRounding::Rceil, kDefaultInvScale,
+                                     q_row.get(), s_row.get(), q_col.get(), s_col.get(), s, kernel);
+      });
+      const double gbps = quant_bytes / (quant_ms * 1e-3) / 1e9;
+      std::printf("%ld,%ld,%s (rowwise+columnwise),%.4f,%.0f,%.2f\n", long(rows), long(cols), name, quant_ms, gbps,
+                  gbps / copy_gbps);
+      std::vector<uint8_t> all;
+      for (auto* b : {&q_row, &s_row, &q_col, &s_col}) {
+        const std::vector<uint8_t> part = b->download();
+        all.insert(all.end(), part.begin(), part.end());
+      }
+      bytes.push_back(std::move(all));
+    }
+    if (bytes[0] != bytes[1]) {
+      std::fprintf(stderr, "%ld x %ld: the vectorized quantizer's bytes differ from the tiled one's\n", long(rows),
+                   long(cols));
+      return 1;
+    }
     std::fflush(stdout);
   }
   BENCH_CUDA(cudaDeviceSynchronize());

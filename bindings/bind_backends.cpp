@@ -23,6 +23,8 @@ void bind(py::module_& m) {
                     "whether single vs discrete weights can change its result")
       .def_readonly("recipes", &BackendTraits::recipes)
       .def_readonly("bias_modes", &BackendTraits::bias_modes)
+      .def_readonly("modelled_accumulate", &BackendTraits::modelled_accumulate,
+                    "the recipe.accumulate modes whose model its GEMMs follow bit for bit")
       .def("__repr__", [](const BackendTraits& t) {
         return "<BackendTraits " + t.name + ": " + std::string(to_string(t.role)) + ", " +
                std::string(to_string(t.device)) + ">";

@@ -122,7 +122,8 @@ void bind(py::module_& m) {
       .def_readwrite("scale_rounding", &RecipeConfig::scale_rounding)
       .def_readwrite("grad_format", &RecipeConfig::grad_format)
       .def_readwrite("bias_mode", &RecipeConfig::bias_mode)
-      .def_readwrite("inv_scale", &RecipeConfig::inv_scale);
+      .def_readwrite("inv_scale", &RecipeConfig::inv_scale)
+      .def_readwrite("accumulate", &RecipeConfig::accumulate);
   py::class_<SpecialValues>(m, "SpecialValues")
       .def(py::init<>())
       .def_readwrite("nan", &SpecialValues::nan)

@@ -126,6 +126,7 @@ py::dict report_dict(const StageReport& r) {
   d["stage"] = st.name;
   d["status"] = status[static_cast<int>(r.status)];
   d["reason"] = r.reason;
+  d["bitwise"] = r.bitwise;
   d["classes"] = counts_dict(r.classes);
   py::dict per, per_ulps;
   for (const auto& [e, c] : r.per_expert) per[py::int_(e)] = counts_dict(c);
@@ -194,10 +195,13 @@ void bind(py::module_& m) {
 
   m.def("check_stages", [](const std::string& backend, const Prepared& p, const py::dict& tensors, const py::object& sample,
                            const std::vector<std::pair<std::string, std::vector<int64_t>>>& probes,
-                           const std::string& elementwise) {
+                           const std::string& elementwise, const std::string& gemm) {
     if (elementwise != "bitwise" && elementwise != "interval")
       throw ConfigError("elementwise", "must be bitwise or interval, got '" + elementwise + "'");
     const ElementwiseRule rule = elementwise == "interval" ? ElementwiseRule::kInterval : ElementwiseRule::kBitwise;
+    if (gemm != "bound" && gemm != "hopper_mma")
+      throw ConfigError("gemm", "must be bound or hopper_mma, got '" + gemm + "'");
+    const GemmRule gemm_rule = gemm == "hopper_mma" ? GemmRule::kHopperMma : GemmRule::kBound;
     ViewArena arena;
     const TensorMap t = tensor_views(arena, tensors);
     const SampleSpec spec = parse_sample(sample);
@@ -207,7 +211,7 @@ void bind(py::module_& m) {
     {
       py::gil_scoped_release release;
       const LayerContext ctx = make_layer_context(p.scenario, p.routing, p.plan, input_views(p.problem));
-      reports = check_stages(ctx, t, spec, pr, rule);
+      reports = check_stages(ctx, t, spec, pr, rule, gemm_rule);
     }
     py::list list;
     for (const auto& r : reports) list.append(report_dict(r));
@@ -219,12 +223,14 @@ void bind(py::module_& m) {
     return out;
   }, py::arg("backend"), py::arg("prepared"), py::arg("tensors"), py::arg("sample") = py::none(),
      py::arg("probes") = std::vector<std::pair<std::string, std::vector<int64_t>>>{},
-     py::arg("elementwise") = "bitwise",
+     py::arg("elementwise") = "bitwise", py::arg("gemm") = "bound",
   "Teacher-forced stage checks of one backend's tensors ({name: (array, dtype)}): {reports: one per\n"
   "applicable stage of STAGES (status, class counts, per-expert counts and ULPs, first failure,\n"
   "probes), passed, detail (the verdict)}. sample: None/'all', 'auto' or elements\n"
   "per (stage, expert) for the GEMM stages. elementwise: 'bitwise' (moenum's own functions) or 'interval'\n"
-  "(act, a, out, dh of code that does not share them: core/verify/elementwise_interval.h).");
+  "(act, a, out, dh of code that does not share them: core/verify/elementwise_interval.h). gemm: 'bound'\n"
+  "(the GEMM stages inside the bound of numerics.md §7) or 'hopper_mma' (bitwise against the model of\n"
+  "reference/hopper_mma.h).");
 
   m.def("error_stats", [](const py::object& a, const std::string& dtype_a, const py::object& b,
                           const std::string& dtype_b, const std::optional<std::vector<int64_t>>& labels,

@@ -210,7 +210,7 @@ const RecipeRegistrar mxfp8_registrar(
     "mxfp8", [](const Scenario& sc, const Problem& prob, const DispatchPlan& plan, const LayerOptions& opt) {
       const Mxfp8Policy pol = Mxfp8Policy::from_scenario(sc);
       pol.check_config(prob, plan);
-      LayerResult r = grouped_mlp(pol, prob, plan, opt);
+      LayerResult r = with_accumulate(sc, pol, [&](const auto& p) { return grouped_mlp(p, prob, plan, opt); });
       if (opt.keep_stages) add_mx_operand_stages(pol, prob, plan, r.stages);
       return r;
     });

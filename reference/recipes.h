@@ -7,6 +7,7 @@
 #include <string>
 
 #include "grouped_mlp.h"
+#include "hopper_mma.h"
 #include "moenum/backend.h"
 
 namespace moenum::reference {
@@ -24,12 +25,15 @@ struct RecipeRegistrar {
 // MOENUM_REGISTER_REFERENCE_RECIPE("fp32", fp32, [](const Scenario&) { return Fp32Policy{}; });
 // (mxfp8 registers through RecipeRegistrar directly: it checks the configuration before the layer and
 // adds its operand stages after it; see mxfp8_recipe.cpp.)
-// The last argument makes the policy from the scenario; ID is any identifier unique in the file.
+// The last argument makes the policy from the scenario; ID is any identifier unique in the file. The
+// GEMMs accumulate as recipe.accumulate says (hopper_mma.h).
 #define MOENUM_REGISTER_REFERENCE_RECIPE(NAME, ID, ...)                                          \
   static ::moenum::reference::RecipeRegistrar moenum_recipe_registrar_##ID(                               \
       NAME, [](const ::moenum::Scenario& sc, const ::moenum::Problem& prob, const ::moenum::DispatchPlan& plan, \
                const ::moenum::reference::LayerOptions& opt) {                                            \
-        return ::moenum::reference::grouped_mlp((__VA_ARGS__)(sc), prob, plan, opt);                      \
+        return ::moenum::reference::with_accumulate(sc, (__VA_ARGS__)(sc), [&](const auto& pol) {          \
+          return ::moenum::reference::grouped_mlp(pol, prob, plan, opt);                                  \
+        });                                                                                               \
       })
 
 // Outputs, stages and GEMM statistics as a BackendResult.

@@ -27,9 +27,10 @@ class ReferenceBackend final : public Backend {
   BackendResult compute(const RunContext& ctx) override {
     LayerResult r = recipe_registry().at(ctx.scenario.recipe.name)(ctx.scenario, ctx.problem, ctx.plan,
                                                                    layer_options(ctx.scenario));
-    BackendResult out = to_backend_result(std::move(r), Bf16Policy::gemm_attr);
+    BackendResult out = to_backend_result(std::move(r), hopper_mma(ctx.scenario) ? kHopperMmaAttr : Bf16Policy::gemm_attr);
     out.attrs["recipe"] = ctx.scenario.recipe.name;
     out.attrs["bias_mode"] = ctx.scenario.recipe.bias_mode;
+    out.attrs["accumulate"] = ctx.scenario.recipe.accumulate;
     return out;
   }
 };
@@ -41,7 +42,8 @@ const BackendTraits kTraits{.name = "reference",
                             .stages = all_stages(),
                             .layout_sensitive = false,
                             .recipes = {"fp32", "bf16", "mxfp8"},
-                            .bias_modes = {"separate", "epilogue"}};
+                            .bias_modes = {"separate", "epilogue"},
+                            .modelled_accumulate = {"hopper_mma"}};
 MOENUM_REGISTER_BACKEND(kTraits, ReferenceBackend);
 
 }  // namespace

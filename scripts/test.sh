@@ -6,13 +6,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0  # no NVLink multicast in anything moenum launches (NCCL reads it at init)
 bash scripts/setup.sh
-# The external backends' tests need torch and megatron-core (large: installed here, not by setup.sh,
-# and only when requirements-torch.txt changed; pip's cache keeps a reinstall fast).
+# The external backends' tests need torch and megatron-core, the tensor-core model's tests mmasim
+# (large: installed here, not by setup.sh, and only when the requirements changed; pip's cache keeps
+# a reinstall fast).
 stamp=.venv/.requirements-torch.sha
-want=$(sha256sum requirements-torch.txt | cut -d' ' -f1)
+want=$(cat requirements-torch.txt requirements-mmasim.txt | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  echo "test: installing torch and megatron-core (requirements-torch.txt)"
-  .venv/bin/python -m pip install -q -r requirements-torch.txt
+  echo "test: installing torch, megatron-core and mmasim (requirements-torch.txt, requirements-mmasim.txt)"
+  .venv/bin/python -m pip install -q -r requirements-torch.txt -r requirements-mmasim.txt
   echo "$want" > "$stamp"
 fi
 export PATH="$PWD/.venv/bin:$PATH"

@@ -5,7 +5,7 @@
     res.errors                      # pandas DataFrame
     camp = moenum.run_campaign("scenarios/padding.yaml", out="results/", jobs=2, resume=True)
 """
-from . import _core, mx
+from . import _core, mx, tc
 from .campaign import Campaign, run_campaign
 from .disposition import Disposition
 from .errors import MoenumError, ScenarioError
@@ -17,4 +17,4 @@ from .scenario import Scenario, from_dict, load_scenarios
 __version__ = _core.__version__
 
 __all__ = ["Campaign", "Disposition", "ExpertsSpec", "MoenumError", "RunResult", "Scenario", "ScenarioError", "from_dict",
-           "load_scenarios", "mx", "open_results", "run", "run_campaign", "__version__"]
+           "load_scenarios", "mx", "open_results", "run", "run_campaign", "tc", "__version__"]

@@ -8,7 +8,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['BackendTraits', 'CLASSES', 'ConfigError', 'DISPOSITIONS', 'DispatchConfig', 'GEMMS', 'InputRegime', 'InternalError', 'ModelConfig', 'OutputConfig', 'Prepared', 'RecipeConfig', 'RoutingConfig', 'STAGES', 'Scenario', 'SkewConfig', 'SpecialValues', 'accumulator_interval', 'backend_availability', 'backend_names', 'backend_traits', 'backends', 'bitwise_diff', 'built_with_cuda', 'built_with_nccl', 'check_stages', 'count_nonfinite', 'e8m0_from_amax', 'e8m0_from_f32_rceil', 'e8m0_inv_scale', 'e8m0_to_f32', 'ep_combine', 'ep_out_rows', 'ep_set_row_prob', 'error_stats', 'exact_gemm_nt', 'fp8_decode', 'fp8_encode', 'gamma', 'gpu_description', 'gpu_memory', 'grid_step', 'mx_dequantize', 'mx_quantize', 'nccl_comm', 'nccl_unique_id', 'prepare', 'round_to', 'run_backend', 'ulp_distance']
+__all__: list[str] = ['BackendTraits', 'CLASSES', 'ConfigError', 'DISPOSITIONS', 'DispatchConfig', 'GEMMS', 'InputRegime', 'InternalError', 'ModelConfig', 'OutputConfig', 'Prepared', 'RecipeConfig', 'RoutingConfig', 'STAGES', 'Scenario', 'SkewConfig', 'SpecialValues', 'accumulator_interval', 'backend_availability', 'backend_names', 'backend_traits', 'backends', 'bitwise_diff', 'built_with_cuda', 'built_with_nccl', 'check_stages', 'count_nonfinite', 'e8m0_from_amax', 'e8m0_from_f32_rceil', 'e8m0_inv_scale', 'e8m0_to_f32', 'ep_combine', 'ep_out_rows', 'ep_set_row_prob', 'error_stats', 'exact_gemm_nt', 'fp8_decode', 'fp8_encode', 'gamma', 'gpu_description', 'gpu_memory', 'grid_step', 'mx_dequantize', 'mx_quantize', 'nccl_comm', 'nccl_unique_id', 'prepare', 'round_to', 'run_backend', 'tc_dot', 'tc_representable', 'ulp_distance']
 class ConfigError(ValueError):
     key: typing.ClassVar[str] = ''
     message: typing.ClassVar[str] = ''
@@ -113,6 +113,7 @@ class DispatchConfig:
     def ranks(self, arg0: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> None:
         ...
 class RecipeConfig:
+    accumulate: str
     bias_mode: str
     grad_format: str
     inv_scale: str
@@ -259,6 +260,11 @@ class BackendTraits:
         whether single vs discrete weights can change its result
         """
     @property
+    def modelled_accumulate(self) -> list[str]:
+        """
+        the recipe.accumulate modes whose model its GEMMs follow bit for bit
+        """
+    @property
     def name(self) -> str:
         ...
     @property
@@ -298,13 +304,15 @@ def bitwise_diff(a: typing.Any, b: typing.Any) -> tuple[bool, int, int]:
     """
     (same_shape, differing elements, first differing flat index or -1), bitwise.h
     """
-def check_stages(backend: str, prepared: ..., tensors: dict, sample: typing.Any = None, probes: collections.abc.Sequence[tuple[str, collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]]] = [], elementwise: str = 'bitwise') -> dict:
+def check_stages(backend: str, prepared: ..., tensors: dict, sample: typing.Any = None, probes: collections.abc.Sequence[tuple[str, collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]]] = [], elementwise: str = 'bitwise', gemm: str = 'bound') -> dict:
     """
     Teacher-forced stage checks of one backend's tensors ({name: (array, dtype)}): {reports: one per
     applicable stage of STAGES (status, class counts, per-expert counts and ULPs, first failure,
     probes), passed, detail (the verdict)}. sample: None/'all', 'auto' or elements
     per (stage, expert) for the GEMM stages. elementwise: 'bitwise' (moenum's own functions) or 'interval'
-    (act, a, out, dh of code that does not share them: core/verify/elementwise_interval.h).
+    (act, a, out, dh of code that does not share them: core/verify/elementwise_interval.h). gemm: 'bound'
+    (the GEMM stages inside the bound of numerics.md §7) or 'hopper_mma' (bitwise against the model of
+    reference/hopper_mma.h).
     """
 def count_nonfinite(a: typing.Any) -> int:
     """
@@ -405,6 +413,16 @@ def round_to(values: typing.Annotated[numpy.typing.ArrayLike, numpy.float64], dt
 def run_backend(name: str, prepared: Prepared, keep_stages: bool | None = None, weights: str | None = None) -> dict:
     """
     Run one backend; returns outputs, stages, attrs, seconds. keep_stages overrides output.intermediates, weights the weights layout (single | discrete)
+    """
+def tc_dot(a: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], b: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], c: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], arch: str = 'sm90', fmt: str = 'bf16') -> numpy.typing.NDArray[numpy.float32]:
+    """
+    Hopper tensor-core dot products (core/include/moenum/tc.h): out[i] = c[i] chained through the
+    MMA's fused steps over a[i, :] . b[i, :] in k order. a, b float32 [N, K] holding values of fmt
+    ('bf16', 'e4m3', 'e5m2'), c float32 [N]; returns float32 [N]. arch: 'sm90'.
+    """
+def tc_representable(v: typing.SupportsFloat | typing.SupportsIndex, fmt: str) -> bool:
+    """
+    Whether v is a value of fmt (NaN: yes; inf: bf16 and e5m2 only).
     """
 def ulp_distance(values: typing.Any, refs: typing.Any, grid: str) -> numpy.typing.NDArray[numpy.float64]:
     """

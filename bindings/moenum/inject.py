@@ -164,7 +164,9 @@ def outcome(inj: Injection, applied: dict, stage_results: list | None) -> tuple[
         why = sr.reason if sr is not None and sr.reason else "no stage checks this tensor"
         return False, f"unchecked: {head}; {why}"
     cls = p["cls"]
-    failing = cls != "bitwise_equal" if stage.bit_exact else cls == "bound_violation"
+    # bitwise: a bit-exact stage, or a GEMM stage checked against a bit-exact model (no bound)
+    bitwise = stage.bit_exact or p["bound"] is None
+    failing = cls != "bitwise_equal" if bitwise else cls == "bound_violation"
     if failing:
         return True, f"detected: {head}; {sr.reason}"
     order = [r.stage.name for r in stage_results]
@@ -172,7 +174,7 @@ def outcome(inj: Injection, applied: dict, stage_results: list | None) -> tuple[
     if later:
         return False, (f"detected_downstream: {head}; its own stage {stage.name} classifies it {cls}, "
                        f"but a later one disagrees with it: first failing {later[0].reason}")
-    if stage.bit_exact:
+    if bitwise:
         return False, f"missed: {head}; classified {cls} by the bit-exact stage {stage.name} (a harness bug)"
     lo, hi = p["bound"]
     return False, (f"undetectable: {head}; stage {stage.name} ({stage.kind}) classifies the perturbed value "

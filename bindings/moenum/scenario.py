@@ -17,7 +17,7 @@ from .errors import ScenarioError
 # billions of values, a sweep's product into more points than can be held.
 MAX_YAML_NODES = 100_000
 MAX_SWEEP_POINTS = 100_000
-from .scenario_schema import (INPUT_REGIME, INPUT_TENSORS, MX_BLOCK, RECIPE_ALIGN, SCHEMA, SPECIAL_FRACTIONS,
+from .scenario_schema import (HOPPER_MMA_RECIPES, INPUT_REGIME, INPUT_TENSORS, MX_BLOCK, RECIPE_ALIGN, SCHEMA, SPECIAL_FRACTIONS,
                               Key)
 
 
@@ -218,6 +218,13 @@ def _check_combinations(cfg: dict, err) -> None:
                 raise err(f"model.{key}", f"{key} ({m[key]}) must be a multiple of {MX_BLOCK} for mxfp8")
         if d["padding"] != "none" and d["align"] % MX_BLOCK:
             raise err("dispatch.align", f"align ({d['align']}) must be a multiple of {MX_BLOCK} for mxfp8")
+    if r["accumulate"] == "hopper_mma":
+        if r["name"] not in HOPPER_MMA_RECIPES:
+            raise err("recipe.accumulate", f"hopper_mma models bf16 tensor-core GEMMs: recipe '{r['name']}' "
+                      f"is not one of {', '.join(HOPPER_MMA_RECIPES)}")
+        if r["bias_mode"] != "separate":
+            raise err("recipe.accumulate", "hopper_mma models gpu.grouped's kernels, which add the FC1 bias "
+                      "separately: bias_mode must be separate")
     skew = cfg["routing"]["skew"]
     if skew["kind"] == "counts":
         counts = skew["counts"]
@@ -453,7 +460,7 @@ def to_core(sc: Scenario):
     d.ranks = c["dispatch"]["ranks"] or []
     core.dispatch = d
     r = core.recipe
-    for key in ("name", "scale_rounding", "grad_format", "bias_mode", "inv_scale"):
+    for key in ("name", "scale_rounding", "grad_format", "bias_mode", "inv_scale", "accumulate"):
         setattr(r, key, c["recipe"][key])
     core.recipe = r
     core.weights = c["weights"]

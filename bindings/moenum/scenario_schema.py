@@ -115,6 +115,11 @@ SCHEMA: dict[str, Any] = {
         # MXFP8 inverse scale (numerics.md §5): te_kernel, TransformerEngine's kernel rule (1.0 for code
         # 0, +0.0 for 0xFE), or spec (2^(127-code) exactly); moenum.mx.quantize(inv_scale=...)
         "inv_scale": Key(str, "te_kernel", choices=("te_kernel", "spec")),
+        # The reference's GEMM accumulator (numerics.md §6): ideal (the exact sum, rounded once to
+        # fp32) or hopper_mma (gpu.grouped's CUTLASS sm90 kernels modelled bit for bit on the
+        # tensor-core model of moenum.tc: bf16 and mxfp8, bias_mode separate); under hopper_mma the
+        # GEMM stages of the backends that model covers are checked bitwise
+        "accumulate": Key(str, "ideal", choices=("ideal", "hopper_mma")),
     },
     "weights": Key(str, "single", choices=("single", "discrete")),
     # registered backends (moenum._core.backend_names()) and external ones (moenum.external): torch.loop,
@@ -170,3 +175,6 @@ SPECIAL_FRACTIONS = ("nan", "inf", "subnormal", "huge", "value_fraction")
 # Default alignment per recipe when padding is asked for (numerics.md §3).
 RECIPE_ALIGN = {"mxfp8": 32}
 MX_BLOCK = 32
+# recipe.accumulate: hopper_mma models bf16 tensor-core GEMMs (mxfp8 on Hopper: bf16 GEMMs on the exact
+# dequantized operands, core/gpu/grouped_mlp.h)
+HOPPER_MMA_RECIPES = ("bf16", "mxfp8")

@@ -71,13 +71,16 @@ class StageResult:
     failing: int = 0
     first: tuple | None = None                    # (tensor, index) of the first failing element
     probes: list = field(default_factory=list)    # per probe: checked, cls, value, ref, bound
+    bitwise: bool = False                         # every difference fails: a bit-exact stage, or a GEMM
+                                                  # stage checked against a bit-exact model (hopper_mma)
 
     @classmethod
     def from_report(cls, r: dict) -> "StageResult":
         return cls(_BY_NAME[r["stage"]], r["status"], r["reason"], dict(r["classes"]),
                    {int(e): dict(c) for e, c in r["per_expert"].items()},
                    {int(e): dict(u) for e, u in r["per_expert_ulps"].items()}, r["ulps"], r["checked"], r["total"],
-                   r["sampled"], r["failing"], r["first"], list(r["probes"]))
+                   r["sampled"], r["failing"], r["first"], list(r["probes"]),
+                   bool(r.get("bitwise", _BY_NAME[r["stage"]].bit_exact)))
 
 
 def backend_tensors(result: dict) -> dict:
@@ -87,12 +90,16 @@ def backend_tensors(result: dict) -> dict:
     return t
 
 
-def check_backend(name: str, prepared, result: dict, sample="auto", probes=()) -> tuple[list[StageResult], tuple]:
+def check_backend(name: str, prepared, result: dict, sample="auto", probes=(),
+                  accumulate: str = "ideal") -> tuple[list[StageResult], tuple]:
     """Every applicable stage of one backend's result, checked in C++. probes: (tensor, index) pairs
-    whose classes are reported (planted faults). Returns (stage results, (passed, detail))."""
+    whose classes are reported (planted faults). accumulate: the scenario's recipe.accumulate, which
+    decides with the backend's traits whether its GEMM stages are bitwise (traits.gemm_rule).
+    Returns (stage results, (passed, detail))."""
     from . import traits
     out = _core.check_stages(name, prepared, backend_tensors(result), sample,
-                             [(t, [int(i) for i in idx]) for t, idx in probes], traits.elementwise_rule(name))
+                             [(t, [int(i) for i in idx]) for t, idx in probes], traits.elementwise_rule(name),
+                             traits.gemm_rule(name, accumulate))
     results = [StageResult.from_report(r) for r in out["reports"]]
     return results, (bool(out["passed"]), out["detail"])
 

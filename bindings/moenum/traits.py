@@ -28,6 +28,14 @@ def elementwise_rule(name: str) -> str:
     return "interval" if is_external(name) else "bitwise"
 
 
+def gemm_rule(name: str, accumulate: str) -> str:
+    """How a backend's GEMM stages are checked under the scenario's recipe.accumulate: "hopper_mma"
+    (bitwise against that model) when its GEMMs follow that mode's model bit for bit (the trait
+    modelled_accumulate: gpu.grouped and the reference under hopper_mma), else "bound" (numerics.md §7)."""
+    t = traits(name)
+    return accumulate if t is not None and accumulate in t.modelled_accumulate else "bound"
+
+
 @functools.lru_cache(maxsize=None)
 def _registered() -> frozenset:
     return frozenset(_core.backend_names())

@@ -146,7 +146,8 @@ def stage_checks(cfg: dict, prepared, results: dict, backends: list[str], includ
         if not r or "outputs" not in r or not ran_ok(r["disposition"]):
             continue
         reports[name], (passed, detail) = stages.check_backend(name, prepared, r, sample,
-                                                                 (probes or {}).get(name, ()))
+                                                                 (probes or {}).get(name, ()),
+                                                                 cfg["recipe"].get("accumulate", "ideal"))
         checks[f"stage.{name}"] = (passed, detail)
     return checks, reports
 
@@ -162,7 +163,7 @@ def fill_bound_violations(table: pd.DataFrame, reports: dict, baseline: str) -> 
             if sr.status == "skipped" or sr.stage.where != "outputs":
                 continue
             fail = lambda c: (sum(v for k, v in c.items() if k != "bitwise_equal")
-                              if sr.stage.bit_exact else c.get("bound_violation", 0))
+                              if sr.bitwise else c.get("bound_violation", 0))
             sel = (table.backend == backend) & (table.other == baseline) & (table.tensor == sr.stage.name)
             for i in table.index[sel]:
                 e = int(table.at[i, "expert"])

@@ -11,6 +11,7 @@
 
 #include "exact_gemm.h"
 #include "first_error.h"
+#include "hopper_mma.h"
 #include "moenum/bf16.h"
 #include "moenum/mx_names.h"
 #include "moenum/rng.h"
@@ -221,6 +222,7 @@ struct StageRun {
   ElementwiseRule elementwise;
   std::map<std::string, ProbeIndex> probes;  // tensor -> probes
   std::vector<ProbeResult>* probe_results;
+  GemmRule gemm = GemmRule::kBound;
 
   // order: the tensor's place in the comparison (an mx stage's scales 0, codes 1; else 0).
   void record(Tally& ty, const std::string& tensor, int order, int64_t flat, double value, const Expected& x,
@@ -329,7 +331,8 @@ void for_experts(const std::vector<int64_t>& es, StageOut& out, Fn&& fn) {
   }
 }
 
-// A GEMM stage: exact_gemm_ref of the backend's own operands, the bound, the output rounding.
+// A GEMM stage: exact_gemm_ref of the backend's own operands, the bound, the output rounding; under
+// GemmRule::kHopperMma the modelled kernel's GEMM on those operands instead, bitwise.
 void gemm_stage(const StageRun& run, int stage, const SampleSpec& sample, StageOut& out) {
   const LayerContext& c = run.c;
   const GemmDesc& g = layer::kGemms[run.st.gemm];
@@ -387,8 +390,6 @@ void gemm_stage(const StageRun& run, int stage, const SampleSpec& sample, StageO
       b1.resize(2 * c.F);
       for (int64_t j = 0; j < 2 * c.F; ++j) b1(j) = c.b1.at(e * 2 * c.F + j);
     }
-    const so::GemmRef r = so::exact_gemm_ref(Asel, Bnt, epilogue ? &b1 : nullptr);
-    const int64_t K = layer::dim_size(g.reduction, c.H, c.F, M) + (epilogue ? 1 : 0);
     // the stage's output rounding: value and value before its last rounding
     const auto post = [&](double acc, int64_t j, double exact) -> std::pair<double, double> {
       if (g.rounding == layer::OutputRounding::kAccumulator) return {acc, exact};
@@ -396,6 +397,19 @@ void gemm_stage(const StageRun& run, int stage, const SampleSpec& sample, StageO
       if (separate_bias) v = layer::fc1_separate_bias(round_act(v, grid), float(b1(j)));
       return {round_act(v, grid), v};
     };
+    if (run.gemm == GemmRule::kHopperMma) {  // the modelled kernel: its bits, no bound
+      MOENUM_CHECK(!epilogue, "hopper_mma: an FC1 bias in the GEMM epilogue is not modelled");
+      const Matrix acc = reference::hopper_mma_gemm_nt(Asel, Bnt);
+      for (size_t ii2 = 0; ii2 < rows.size(); ++ii2)
+        for (int64_t j = 0; j < cols; ++j) {
+          const auto [ref, pre] = post(acc(int64_t(ii2), j), j, kNaN);
+          const int64_t flat = flat_of(rows[ii2], j);
+          run.record(ty, run.name, 0, flat, value.at(flat), {ref, pre, std::nullopt}, grid, true, true);
+        }
+      return;
+    }
+    const so::GemmRef r = so::exact_gemm_ref(Asel, Bnt, epilogue ? &b1 : nullptr);
+    const int64_t K = layer::dim_size(g.reduction, c.H, c.F, M) + (epilogue ? 1 : 0);
     for (size_t ii2 = 0; ii2 < rows.size(); ++ii2) {
       const int64_t i = rows[ii2];
       for (int64_t j = 0; j < cols; ++j) {
@@ -758,7 +772,7 @@ LayerContext make_layer_context(const Scenario& sc, const Routing& routing, cons
 }
 
 std::vector<StageReport> check_stages(const LayerContext& c, const TensorMap& t, const SampleSpec& sample,
-                                      const std::vector<Probe>& probes, ElementwiseRule elementwise) {
+                                      const std::vector<Probe>& probes, ElementwiseRule elementwise, GemmRule gemm) {
   std::vector<StageReport> reports;
   std::vector<ProbeResult> probe_results(probes.size());
   for (size_t p = 0; p < probes.size(); ++p) probe_results[p].tensor = probes[p].tensor, probe_results[p].index = probes[p].index;
@@ -796,8 +810,9 @@ std::vector<StageReport> check_stages(const LayerContext& c, const TensorMap& t,
       continue;
     }
     const bool combine = name == "y" || name == "dx";
-    const bool bit_exact = mx || (st.kind == StageKind::kExact && (combine || elementwise == ElementwiseRule::kBitwise));
-    StageRun run{c, t, st, name, bit_exact, elementwise, {}, &probe_results};
+    const bool bit_exact = mx || (st.kind == StageKind::kExact && (combine || elementwise == ElementwiseRule::kBitwise)) ||
+                           (st.kind == StageKind::kGemm && gemm == GemmRule::kHopperMma);
+    StageRun run{c, t, st, name, bit_exact, elementwise, {}, &probe_results, gemm};
     for (size_t p = 0; p < probes.size(); ++p)
       if (std::find(tensors.begin(), tensors.end(), probes[p].tensor) != tensors.end())
         run.probes[probes[p].tensor].by_flat[ravel(probes[p].index, t.at(probes[p].tensor).shape)] = p;
@@ -809,6 +824,7 @@ std::vector<StageReport> check_stages(const LayerContext& c, const TensorMap& t,
     else if (name == "dprobs") dprobs_stage(run, out);
     else rowwise_exact_stage(run, out);
 
+    rep.bitwise = bit_exact;
     rep.classes = out.all.classes;
     rep.ulps = out.all.ulps;
     rep.checked = out.all.checked;

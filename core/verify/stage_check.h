@@ -104,6 +104,7 @@ struct StageReport {
   std::map<int64_t, UlpBuckets> per_expert_ulps;
   int64_t checked = 0, total = 0;          // elements checked, elements in the stage's tensor(s)
   bool sampled = false;
+  bool bitwise = false;  // every difference fails (bit-exact stage, or GemmRule::kHopperMma GEMM stage)
   std::optional<FirstFailure> first;
   int64_t failing = 0;
   std::vector<ProbeResult> probes;         // in the order of the probes passed in
@@ -113,16 +114,24 @@ struct StageReport {
 
 using TensorMap = std::map<std::string, View>;  // a backend's stages and outputs by name
 
+// How a backend's GEMM stages are checked: against the §7 bound around the ideal accumulator, or,
+// for a backend whose GEMMs the scenario's recipe.accumulate models bit for bit (hopper_mma:
+// gpu.grouped's CUTLASS sm90 kernels; the reference in that mode), bitwise against that model
+// (reference/hopper_mma.h) recomputed from the backend's own operands.
+enum class GemmRule { kBound, kHopperMma };
+
 // Whether a stage applies to this recipe and model (mx stages: mxfp8; db1/db2: with bias).
 bool stage_applies(const layer::StageDesc& st, const RecipeFacts& recipe);
 
 // Every applicable stage of layer::kStages, in dataflow order; a stage whose tensors or inputs the
 // backend did not save is skipped with the reason. `elementwise`: how the stages act, a, out and dh
 // are checked: bitwise (moenum's own functions) or against the interval of elementwise_interval.h
-// (code that does not share them). The combines y and dx are moenum's own and always bitwise.
+// (code that does not share them). The combines y and dx are moenum's own and always bitwise. `gemm`:
+// how the GEMM stages are checked (GemmRule).
 std::vector<StageReport> check_stages(const LayerContext& ctx, const TensorMap& tensors, const SampleSpec& sample,
                                       const std::vector<Probe>& probes = {},
-                                      ElementwiseRule elementwise = ElementwiseRule::kBitwise);
+                                      ElementwiseRule elementwise = ElementwiseRule::kBitwise,
+                                      GemmRule gemm = GemmRule::kBound);
 
 // The /checks/stage.<backend> verdict: the first failing stage, expert and element, or a summary.
 struct StageVerdict {

@@ -35,11 +35,11 @@ struct Shape {
   int64_t rows, cols;
 };
 
-class GpuMx : public ::testing::TestWithParam<std::tuple<Shape, int, int, int>> {};
+class GpuMx : public ::testing::TestWithParam<std::tuple<Shape, int, int, int, gpu::MxQuantizeKernel>> {};
 
 TEST_P(GpuMx, CodesAndScalesBitwise) {
   MOENUM_REQUIRE_GPU();
-  const auto [shape, fmt_i, rnd_i, inv_i] = GetParam();
+  const auto [shape, fmt_i, rnd_i, inv_i, kernel] = GetParam();
   const auto fmt = static_cast<Fp8Format>(fmt_i);
   const auto rnd = static_cast<ScaleRounding>(rnd_i);
   const auto inv = static_cast<InvScaleRule>(inv_i);
@@ -56,7 +56,7 @@ TEST_P(GpuMx, CodesAndScalesBitwise) {
   dx.upload(host);
   gpu::DeviceBuffer<uint8_t> dqr(R * C), dsr(R * C / 32), dqc(R * C), dsc(s_col.size());
   gpu::launch_mx_quantize_bf16(dx.get(), R, C, fmt, rnd, inv, dqr.get(), dsr.get(), colwise ? dqc.get() : nullptr,
-                               colwise ? dsc.get() : nullptr, nullptr);
+                               colwise ? dsc.get() : nullptr, nullptr, kernel);
   // Compare scales first: one wrong scale explains up to 32 wrong codes.
   EXPECT_EQ(s_row, dsr.download()) << "rowwise scales";
   EXPECT_EQ(q_row, dqr.download()) << "rowwise codes";
@@ -68,14 +68,17 @@ TEST_P(GpuMx, CodesAndScalesBitwise) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, GpuMx,
                          ::testing::Combine(::testing::Values(Shape{32, 32}, Shape{96, 160}, Shape{200, 64},
-                                                              Shape{256, 1024}, Shape{1000, 96}),
-                                            ::testing::Values(0, 1), ::testing::Values(0, 1), ::testing::Values(0, 1)),
+                                                              Shape{256, 1024}, Shape{1000, 96}, Shape{64, 800}),
+                                            ::testing::Values(0, 1), ::testing::Values(0, 1), ::testing::Values(0, 1),
+                                            ::testing::Values(gpu::MxQuantizeKernel::Tiled,
+                                                              gpu::MxQuantizeKernel::Vectorized)),
                          [](const auto& info) {
                            const Shape s = std::get<0>(info.param);
                            return std::to_string(s.rows) + "x" + std::to_string(s.cols) +
                                   (std::get<1>(info.param) ? "_e5m2" : "_e4m3") +
                                   (std::get<2>(info.param) ? "_floor" : "_rceil") +
-                                  (std::get<3>(info.param) ? "_te_kernel" : "_spec");
+                                  (std::get<3>(info.param) ? "_te_kernel" : "_spec") +
+                                  (std::get<4>(info.param) == gpu::MxQuantizeKernel::Tiled ? "_tiled" : "_vectorized");
                          });
 
 // The 128x4 layout restated: tile (i/128, j/4) of 512 bytes, inside it row i%32 picks a 16-byte

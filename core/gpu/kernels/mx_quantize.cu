@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "cuda_check.h"
+#include "kernels/fp8x2_encode.cuh"
 
 namespace moenum::gpu {
 namespace {
@@ -44,6 +45,73 @@ __global__ void mx_quantize_kernel(const uint16_t* x, int64_t rows, int64_t cols
     }
   }
 }
+
+// ---- the vectorized quantizer: 16-byte loads and stores, FP8 conversion in hardware ------------
+// A 32 x 256 tile per 256 threads. Rowwise: warp w takes rows w*4 .. w*4+3; in each, lane l holds
+// the 8 elements at columns 8l .. 8l+7 (one 16-byte load), four lanes make one block of 32 and reduce
+// its amax by shuffles, and each lane stores its 8 codes at once. The bf16 tile stays in shared
+// memory for the columnwise pass: thread t takes column t, and the codes go out through shared
+// memory again as 16-byte rows. Same per-block rules as the tiled kernel (mx.h), same bytes.
+constexpr int kVecRows = 32, kVecCols = 256, kVecThreads = 256;
+
+template <Fp8Format F>
+__global__ void __launch_bounds__(kVecThreads)
+mx_quantize_vec_kernel(const uint16_t* __restrict__ x, int64_t rows, int64_t cols, ScaleRounding rnd,
+                       InvScaleRule inv, uint8_t* q_row, uint8_t* s_row, uint8_t* q_col, uint8_t* s_col) {
+  __shared__ __align__(16) uint16_t tile[kVecRows][kVecCols];
+  __shared__ __align__(16) uint8_t qc[kVecRows][kVecCols];
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kVecRows;
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kVecCols;
+  const int nrows = static_cast<int>(rows - r0 < kVecRows ? rows - r0 : kVecRows);
+  const int ncols = static_cast<int>(cols - c0 < kVecCols ? cols - c0 : kVecCols);  // a multiple of 32
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const bool lane_in = lane * 8 < ncols;  // whole blocks of four lanes are in or out
+  const int64_t nb = cols / kMxBlock;
+
+  for (int rr = 0; rr < kVecRows / 8; ++rr) {
+    const int i = warp * (kVecRows / 8) + rr;
+    uint4 raw = make_uint4(0, 0, 0, 0);
+    if (i < nrows && lane_in) raw = *reinterpret_cast<const uint4*>(x + (r0 + i) * cols + c0 + lane * 8);
+    *reinterpret_cast<uint4*>(&tile[i][lane * 8]) = raw;
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(&raw);
+    float v[8];
+    uint32_t amax = 0;
+    for (int j = 0; j < 8; ++j) amax = mx_amax_bits_update(amax, v[j] = bf16_to_f32(h[j]));
+    amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
+    amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 2));
+    if (q_row == nullptr || i >= nrows || !lane_in) continue;
+    const uint8_t code = e8m0_from_amax(f32_from_bits(amax), F, rnd);
+    const float s = mx_inv_scale(code, inv);
+    uint2 out;
+    out.x = fp8x2_encode<F>(v[0] * s, v[1] * s) | uint32_t{fp8x2_encode<F>(v[2] * s, v[3] * s)} << 16;
+    out.y = fp8x2_encode<F>(v[4] * s, v[5] * s) | uint32_t{fp8x2_encode<F>(v[6] * s, v[7] * s)} << 16;
+    *reinterpret_cast<uint2*>(q_row + (r0 + i) * cols + c0 + lane * 8) = out;
+    if (lane % 4 == 0) s_row[(r0 + i) * nb + (c0 + lane * 8) / kMxBlock] = code;
+  }
+  if (q_col == nullptr || nrows < kVecRows) return;  // columnwise needs whole 32-row blocks
+  __syncthreads();
+  const int t = threadIdx.x;
+  if (t < ncols) {
+    uint32_t amax = 0;
+    for (int i = 0; i < kVecRows; ++i) amax = mx_amax_bits_update(amax, bf16_to_f32(tile[i][t]));
+    const uint8_t code = e8m0_from_amax(f32_from_bits(amax), F, rnd);
+    const float s = mx_inv_scale(code, inv);
+    for (int i = 0; i < kVecRows; i += 2) {
+      const uint16_t two = fp8x2_encode<F>(bf16_to_f32(tile[i][t]) * s, bf16_to_f32(tile[i + 1][t]) * s);
+      qc[i][t] = static_cast<uint8_t>(two & 0xFFu);
+      qc[i + 1][t] = static_cast<uint8_t>(two >> 8);
+    }
+    s_col[(r0 / kMxBlock) * cols + c0 + t] = code;
+  }
+  __syncthreads();
+  for (int idx = t; idx < kVecRows * kVecCols / 16; idx += kVecThreads) {
+    const int i = idx / (kVecCols / 16), c = idx % (kVecCols / 16) * 16;
+    if (c < ncols)
+      *reinterpret_cast<uint4*>(q_col + (r0 + i) * cols + c0 + c) = *reinterpret_cast<const uint4*>(&qc[i][c]);
+  }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 __global__ void mx_swizzle_kernel(const uint8_t* plain, int64_t rows, int64_t scale_cols, bool transposed,
                                   uint8_t* out) {
@@ -91,10 +159,17 @@ void launch_mx_dequantize_bf16(const uint8_t* q, const uint8_t* s, int64_t rows,
 
 void launch_mx_quantize_bf16(const uint16_t* x, int64_t rows, int64_t cols, Fp8Format fmt, ScaleRounding rounding,
                              InvScaleRule inv_scale, uint8_t* q_row, uint8_t* s_row, uint8_t* q_col, uint8_t* s_col,
-                             cudaStream_t s) {
+                             cudaStream_t s, MxQuantizeKernel kernel) {
   MOENUM_CHECK(cols % kMxBlock == 0, "mx_quantize: cols must be a multiple of 32");
   MOENUM_CHECK(!q_col || rows % kMxBlock == 0, "mx_quantize: columnwise needs rows % 32 == 0");
   if (rows == 0 || cols == 0) return;
+  if (kernel == MxQuantizeKernel::Vectorized && aligned16(x) && aligned16(q_row) && aligned16(q_col)) {
+    dim3 grid(static_cast<unsigned>((cols + kVecCols - 1) / kVecCols), static_cast<unsigned>((rows + kVecRows - 1) / kVecRows));
+    auto* k = fmt == Fp8Format::E4M3 ? mx_quantize_vec_kernel<Fp8Format::E4M3> : mx_quantize_vec_kernel<Fp8Format::E5M2>;
+    k<<<grid, kVecThreads, 0, s>>>(x, rows, cols, rounding, inv_scale, q_row, s_row, q_col, s_col);
+    MOENUM_CUDA_LAUNCH_CHECK();
+    return;
+  }
   dim3 grid(static_cast<unsigned>((cols + kTileCols - 1) / kTileCols), static_cast<unsigned>((rows + kTileRows - 1) / kTileRows));
   mx_quantize_kernel<<<grid, kTileCols, 0, s>>>(x, rows, cols, fmt, rounding, inv_scale, q_row, s_row, q_col, s_col);
   MOENUM_CUDA_LAUNCH_CHECK();

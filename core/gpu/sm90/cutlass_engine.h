@@ -9,7 +9,8 @@ namespace moenum::gpu {
 
 // Overrides of the static per-GEMM choices (grouped_sm90.h); the defaults are what the backend uses.
 struct CutlassSm90Options {
-  int tile = 0;     // 0 auto, 1 = 128x128x64, 2 = 128x256x64 with a 1x2 cluster (Fprop only)
+  int tile = 0;     // 0 auto, 1 = 128x128x64, 2 = 128x256x64 with a 1x2 cluster, 3 = with a 2x1 cluster
+                    // (2 and 3: Fprop only)
   int chunks = -1;  // max sub-groups per group for Fprop/Dgrad (1 = no split), -1 auto
 };
 

@@ -1,5 +1,5 @@
 // Fprop layout: A [rows, k] row-major, B_e [n, k] (K contiguous: ColumnMajor K x N), D bf16.
-// Two tile configurations, chosen per GEMM from static information (grouped_sm90.h).
+// Two tile configurations chosen per GEMM from static information, a third on request (grouped_sm90.h).
 #include "sm90/grouped_sm90.cuh"
 
 namespace moenum::gpu::sm90 {
@@ -23,6 +23,8 @@ std::unique_ptr<GroupedGemmPlan> make_fprop_plan(const GroupedGemmDesc& g, const
   using LB = cutlass::layout::ColumnMajor;
   const int chunks = o.chunks < 0 ? default_chunks(g) : o.chunks;
   const bool wide = o.tile == Tile::T128x256 || (o.tile == Tile::Auto && fprop_wide_tile(g));
+  if (o.tile == Tile::T128x256M2)
+    return std::make_unique<Plan<GroupedKernel<LA, LB, cutlass::bfloat16_t, 256, 1, 2>>>(g, chunks, o.chunk_rows);
   if (wide)
     return std::make_unique<Plan<GroupedKernel<LA, LB, cutlass::bfloat16_t, 256, 2>>>(g, chunks, o.chunk_rows);
   return std::make_unique<Plan<GroupedKernel<LA, LB, cutlass::bfloat16_t>>>(g, chunks, o.chunk_rows);

@@ -1,7 +1,7 @@
 // The CUTLASS 3.x sm_90a grouped GEMM (TMA + wgmma, warp-specialized cooperative, ptr-array), bf16
 // operands, fp32 accumulate, void C (beta = 0, no source read), D row-major bf16 or fp32.
-// Only included by the three grouped_*.cu files: one kernel per layout (128x128x64), plus the
-// 128x256x64 1x2-cluster kernel for Fprop.
+// Only included by the three grouped_*.cu files: one kernel per layout (128x128x64), plus two
+// 128x256x64 kernels for Fprop, with a 1x2 cluster (A multicast) and with a 2x1 cluster (B multicast).
 #pragma once
 #include <cute/tensor.hpp>
 #include <cutlass/cutlass.h>
@@ -33,7 +33,7 @@ namespace moenum::gpu::sm90 {
 using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
 using Shape3 = ProblemShape::UnderlyingProblemShape;
 
-template <class LayoutA, class LayoutB, class ElementD_, int TileN = 128, int ClusterN = 1>
+template <class LayoutA, class LayoutB, class ElementD_, int TileN = 128, int ClusterN = 1, int ClusterM = 1>
 struct GroupedKernel {
   using ElementA = cutlass::bfloat16_t;
   using ElementB = cutlass::bfloat16_t;
@@ -47,7 +47,7 @@ struct GroupedKernel {
   // two CTAs share the A tile through TMA multicast; a cluster along N never rounds a group's M
   // tiles up) is instantiated for Fprop only, for wide N (fprop_wide_tile in grouped_fprop.cu).
   using TileShape = cute::Shape<cute::_128, cute::Int<TileN>, cute::_64>;
-  using ClusterShape = cute::Shape<cute::_1, cute::Int<ClusterN>, cute::_1>;
+  using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
   using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
   using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
 

@@ -26,6 +26,10 @@ struct BackendTraits {
   bool layout_sensitive = false;        // single vs discrete weights can change its result
   std::vector<std::string> recipes;     // the recipe.name values it implements
   std::vector<std::string> bias_modes;  // the recipe.bias_mode values it implements
+  // The recipe.accumulate modes whose model its GEMMs follow bit for bit (hopper_mma: gpu.grouped's
+  // CUTLASS sm90 kernels, reference/hopper_mma.h); under such a mode its GEMM stages are checked
+  // bitwise instead of against the bound.
+  std::vector<std::string> modelled_accumulate;
 
   // not_supported, with the reason, when the scenario's recipe or bias mode is not implemented.
   Availability supports(const Scenario& sc) const;

@@ -46,6 +46,7 @@ struct RecipeConfig {
   std::string grad_format = "e4m3";  // e4m3 | e5m2
   std::string bias_mode = "separate";  // separate | epilogue
   std::string inv_scale = "te_kernel";  // te_kernel | spec: the MXFP8 inverse scale (moenum/mx.h)
+  std::string accumulate = "ideal";     // ideal | hopper_mma: the reference's GEMM accumulator (numerics.md §6)
 };
 
 // Regime `special`: the fractions of a tensor's elements replaced by special values (each element

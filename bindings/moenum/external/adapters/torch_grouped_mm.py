@@ -7,8 +7,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..errors import NotSupported
-from .linear import fp32_masters
+from .linear import Fp32MasterExperts
 
 
 def _col_major(w):
@@ -35,16 +34,9 @@ class GroupedLinearFp32Wgrad(torch.autograd.Function):
         return dx, dw, None
 
 
-class TorchGroupedMmExperts(torch.nn.Module):
-    def __init__(self, spec):
-        super().__init__()
-        if spec.recipe != "bf16":
-            raise NotSupported(f"torch.grouped_mm runs bf16, not {spec.recipe}")
-        self.spec = spec
-        self._saved = {}
-
-    def load_weights(self, w1, b1, w2, b2):
-        self.w1, self.b1, self.w2, self.b2 = fp32_masters(w1, b1, w2, b2)
+class TorchGroupedMmExperts(Fp32MasterExperts):
+    name = "torch.grouped_mm"
+    recipes = ("bf16",)
 
     def forward(self, hidden, tokens_per_expert, probs):
         offs = torch.cumsum(tokens_per_expert, 0).to(torch.int32)
@@ -63,12 +55,6 @@ class TorchGroupedMmExperts(torch.nn.Module):
         a.retain_grad()
         self._saved = {"h": h, "act": act, "a": a, "o": o}
         return out
-
-    def weight_grads(self):
-        g = {"dw1": self.w1.grad, "dw2": self.w2.grad}
-        if self.spec.bias:
-            g.update(db1=self.b1.grad, db2=self.b2.grad)
-        return g
 
     def stages(self):
         st = {k: v.detach() for k, v in self._saved.items()}

@@ -6,20 +6,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..errors import NotSupported
-from .linear import fp32_masters, linear
+from .linear import Fp32MasterExperts, linear
 
 
-class TorchLoopExperts(torch.nn.Module):
-    def __init__(self, spec):
-        super().__init__()
-        if spec.recipe not in ("fp32", "bf16"):
-            raise NotSupported(f"torch.loop runs fp32 and bf16, not {spec.recipe}")
-        self.spec = spec
-        self._saved = {}
-
-    def load_weights(self, w1, b1, w2, b2):
-        self.w1, self.b1, self.w2, self.b2 = fp32_masters(w1, b1, w2, b2)
+class TorchLoopExperts(Fp32MasterExperts):
+    name = "torch.loop"
+    recipes = ("fp32", "bf16")
 
     def _expert(self, e, x, p):
         s = self.spec
@@ -51,12 +43,6 @@ class TorchLoopExperts(torch.nn.Module):
             start += n
         self._saved = parts
         return torch.cat(outs)
-
-    def weight_grads(self):
-        g = {"dw1": self.w1.grad, "dw2": self.w2.grad}
-        if self.spec.bias:
-            g.update(db1=self.b1.grad, db2=self.b2.grad)
-        return g
 
     def stages(self):
         st = {k: torch.cat([v.detach() for v in parts]) for k, parts in self._saved.items()}

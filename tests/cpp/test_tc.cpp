@@ -1,0 +1,68 @@
+// moenum/tc.h: the GEMM driver is the dot-product chain per output, whatever the thread count; the
+// rounding of a step follows the rules worked out by hand (bit-for-bit agreement with MMA-Sim is
+// tests/python/test_tc_mmasim.py).
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <bit>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "moenum/tc.h"
+
+namespace {
+
+using moenum::tc::Format;
+
+float bf16(float v) { return std::bit_cast<float>(std::bit_cast<uint32_t>(v) & 0xFFFF0000u); }
+
+TEST(Tc, GemmIsOneChainPerOutputForAnyThreadCount) {
+  const int64_t M = 7, N = 9, K = 45;  // K not a multiple of 16: a short last step
+  std::mt19937 g(3);
+  std::normal_distribution<float> d;
+  std::vector<float> A(M * K), B(N * K);
+  for (auto& x : A) x = bf16(d(g) * 8.0f);
+  for (auto& x : B) x = bf16(d(g) / 8.0f);
+  std::vector<float> C1(M * N), C2(M * N);
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  moenum::tc::gemm_nt(A.data(), B.data(), C1.data(), M, N, K, Format::kBf16);
+  omp_set_num_threads(std::max(threads, 2));
+  moenum::tc::gemm_nt(A.data(), B.data(), C2.data(), M, N, K, Format::kBf16);
+  omp_set_num_threads(threads);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      const float want = moenum::tc::dot(&A[i * K], &B[j * K], K, 0.0f, Format::kBf16);
+      EXPECT_EQ(std::bit_cast<uint32_t>(C1[i * N + j]), std::bit_cast<uint32_t>(want)) << i << "," << j;
+      EXPECT_EQ(std::bit_cast<uint32_t>(C2[i * N + j]), std::bit_cast<uint32_t>(want)) << i << "," << j;
+    }
+}
+
+TEST(Tc, StepTruncatesBelowTheLargestExponentAndRoundsTowardZero) {
+  std::vector<float> a(16, 0.0f), b(16, 0.0f);
+  for (int i = 0; i < 4; ++i) a[i] = 0x1p-12f, b[i] = 0x1p-13f;  // four products of 2^-25
+  EXPECT_EQ(moenum::tc::dot(a.data(), b.data(), 16, 1.0f, Format::kBf16), 1.0f + 0x1p-23f);
+  for (int i = 0; i < 4; ++i) b[i] = -0x1p-13f;
+  EXPECT_EQ(moenum::tc::dot(a.data(), b.data(), 16, -1.0f, Format::kBf16), -1.0f - 0x1p-23f);
+  // 1 - 3 * 2^-25 lies in [1/2, 1), where the fp32 spacing is 2^-24: toward zero it is 1 - 2^-23
+  EXPECT_EQ(moenum::tc::dot(a.data(), b.data(), 3, 1.0f, Format::kBf16), 1.0f - 0x1p-23f);
+}
+
+TEST(Tc, ValuesOutsideTheFormatAreRefused) {
+  EXPECT_TRUE(moenum::tc::representable(448.0f, Format::kE4M3));
+  EXPECT_FALSE(moenum::tc::representable(480.0f, Format::kE4M3));
+  EXPECT_FALSE(moenum::tc::representable(INFINITY, Format::kE4M3));
+  EXPECT_TRUE(moenum::tc::representable(INFINITY, Format::kE5M2));
+  EXPECT_TRUE(moenum::tc::representable(0x1p-9f, Format::kE4M3));   // smallest subnormal
+  EXPECT_FALSE(moenum::tc::representable(0x1p-10f, Format::kE4M3));
+  EXPECT_TRUE(moenum::tc::representable(0x1p-133f, Format::kBf16));  // smallest bf16 subnormal
+  EXPECT_FALSE(moenum::tc::representable(1.0f + 0x1p-8f, Format::kBf16));
+  std::vector<float> a(32, 1.0f), c(1, 0.0f), out(1);
+  a[17] = 1.0f + 0x1p-5f;
+  EXPECT_THROW(moenum::tc::dot_rows(a.data(), a.data(), c.data(), out.data(), 1, 32, Format::kE4M3), std::invalid_argument);
+  EXPECT_EQ(moenum::tc::first_unrepresentable(a.data(), 32, Format::kE4M3), 17);
+}
+
+}  // namespace
