@@ -58,6 +58,16 @@ target_include_directories(moenum_gpu INTERFACE core/include core/gpu)
 target_link_libraries(moenum_gpu INTERFACE CUDA::cudart CUDA::cublasLt CUDA::cublas)
 target_compile_definitions(moenum_gpu INTERFACE MOENUM_HAVE_CUDA=1)
 
+# ---- NCCL: the nccl EP transport (bindings/bind_nccl.cpp); the toolkit's copy, else the system's ---
+find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT} PATH_SUFFIXES lib64 lib)
+if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
+  target_include_directories(moenum_gpu INTERFACE ${NCCL_INCLUDE_DIR})
+  target_link_libraries(moenum_gpu INTERFACE ${NCCL_LIBRARY})
+  target_compile_definitions(moenum_gpu INTERFACE MOENUM_HAVE_NCCL=1)
+endif()
+message(STATUS "moenum: NCCL transport ${NCCL_LIBRARY}")
+
 if(MOENUM_GPU_SOURCES)
   add_library(moenum_gpu_objs OBJECT ${MOENUM_GPU_SOURCES})
   target_include_directories(moenum_gpu_objs PUBLIC core/include core/gpu)

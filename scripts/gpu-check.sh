@@ -9,12 +9,17 @@
 #                                       built for scenarios, verify, tc, external, robust, nightly, scale, gpuref
 #                                       and layer)
 #                                       and, on request only, baseline: writes $OUT/baselines/<arch>.json
-#                                       (the nightly suite on this GPU) to copy into baselines/ and commit
+#                                       (the nightly suite on this GPU) to copy into baselines/ and commit,
+#                                       and multigpu (nvidia-h200-x2): EP 2 under mpirun with transport nccl,
+#                                       gpu.grouped and gpu.multistream, bf16 and mxfp8, every padding source,
+#                                       bitwise against transport local, with timings
 #
 # Offline machines: packages the machine lacks can sit in .gpudeps/ (ignored by git):
 #   nvidia_cutlass-*.whl   CUTLASS C++ headers (unpacked with pip --target, found via CUTLASS_INCLUDE_DIR)
 #   libgtest-dev_*.deb     GoogleTest, when the system has none (unpacked under /tmp, never into /)
 #   libeigen3-dev_*.deb    Eigen, likewise
+#   mpi4py-*.whl           mpi4py for the multigpu stage, built on a machine with PyPI and Open MPI:
+#                            python3 -m pip wheel --no-deps -w .gpudeps mpi4py
 #   megatron_core-*.whl    Megatron-core for the external stage, fetched on a machine with PyPI:
 #                            python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #                              --implementation cp --platform manylinux_2_28_x86_64 -d .gpudeps megatron-core==0.19.2
@@ -24,6 +29,7 @@
 # Exit code: 0 when every stage that ran passed, 1 otherwise.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0  # no NVLink multicast in anything moenum launches (NCCL reads it at init)
 ROOT=$PWD
 OUT=${OUT:-$ROOT/build/gpu-check}
 mkdir -p "$OUT"
@@ -99,7 +105,7 @@ fi
 
 # ---- the Python package: needed by the scenarios, verify, external, robust, nightly and scale stages
 if want scenarios || want verify || want tc || want external || want robust || want nightly || want scale \
-   || want baseline || want gpuref || want layer; then
+   || want baseline || want gpuref || want layer || want multigpu; then
   # The Python module built by CMake into the same tree (incremental: only the bindings compile),
   # then the package run from a temporary copy of bindings/moenum: no pip install needed offline.
   {
@@ -231,6 +237,23 @@ if want gpuref && [ -d /tmp/moenum-py/moenum ]; then
   rows=$(grep -E '^\| (qwen3|execution|deepseek)' "$OUT/gpuref-scale.md" | cut -d'|' -f2,3,6 | tr '\n' ';')
   [ ${#fails[@]} -eq 0 ] && note gpuref ok "$((SECONDS - t0)) s; $(tail -1 "$OUT/gpuref-pytest.log"); point|wall s|RSS: $rows" \
                          || note gpuref FAILED "${fails[*]}; $(tail -1 "$OUT/gpuref-pytest.log"); $rows"
+fi
+
+# ---- multigpu (on request, two GPUs): real EP through NCCL, bitwise the simulated run (pytest) ------
+if want multigpu && [ -d /tmp/moenum-py/moenum ]; then
+  t0=$SECONDS
+  MPI_PATH=/tmp/moenum-py
+  if ! python3 -c 'import mpi4py' 2>/dev/null && compgen -G ".gpudeps/mpi4py-*.whl" >/dev/null; then
+    python3 -m pip install -q --upgrade --no-index --no-deps --no-compile --target "$DEPS/mpi4py" .gpudeps/mpi4py-*.whl \
+      && MPI_PATH="$MPI_PATH:$DEPS/mpi4py"
+  fi
+  # Open MPI as root, for this stage only; the CPU transport's tests run here too.
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONPATH=$MPI_PATH timeout 580 python3 -m pytest -q -s \
+    -p no:cacheprovider -o addopts="" tests/python/test_ep_transport.py -rs >"$OUT/multigpu.log" 2>&1
+  rc=$?
+  grep '^timing ' "$OUT/multigpu.log" >"$OUT/multigpu-timings.txt"
+  summary="$(tail -1 "$OUT/multigpu.log"); $(wc -l <"$OUT/multigpu-timings.txt") timings in multigpu-timings.txt"
+  [ $rc -eq 0 ] && note multigpu ok "$((SECONDS - t0)) s; $summary" || note multigpu FAILED "rc $rc; $summary"
 fi
 
 # ---- bench: our engines and torch._grouped_mm on the same shapes, same run ------------------------

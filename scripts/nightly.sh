@@ -12,6 +12,7 @@
 # MOENUM_NIGHTLY_SKIP_SETUP=1 skips the build (an environment already set up).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0  # no NVLink multicast in anything moenum launches (NCCL reads it at init)
 OUT=${1:-results/nightly}
 shift || true
 if [ "${MOENUM_NIGHTLY_SKIP_SETUP:-0}" != 1 ]; then

@@ -6,7 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(libeigen3-dev libgtest-dev g++ python3-venv)
+# Open MPI: the launcher and library of the mpi and nccl EP transports (mpi4py builds against it).
+APT_PACKAGES=(libeigen3-dev libgtest-dev g++ python3-venv openmpi-bin libopenmpi-dev)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -4,6 +4,7 @@
 # GPU tests skip with their reason when no GPU is present; a skip is never counted as a pass.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0  # no NVLink multicast in anything moenum launches (NCCL reads it at init)
 bash scripts/setup.sh
 # The external backends' tests need torch and megatron-core, the tensor-core model's tests mmasim
 # (large: installed here, not by setup.sh, and only when the requirements changed; pip's cache keeps

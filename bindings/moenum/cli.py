@@ -120,11 +120,18 @@ def _cmd_run(args) -> int:
     if args.device:  # the environment carries it to the worker processes of -j
         from .external.device import DEVICE_ENV
         os.environ[DEVICE_ENV] = args.device
-    if args.inject:
-        camp = _run_injected(args, backends)
-    else:
-        camp = run_campaign(args.scenarios, out=args.out, jobs=args.jobs, resume=args.resume,
-                            shard=parse_shard(args.shard), backends=backends, quiet=args.quiet)
+    world = _launched_world(args)
+    if world is not None and not world.is_root:
+        return _follow(world, args, backends)
+    try:
+        if args.inject:
+            camp = _run_injected(args, backends)
+        else:
+            camp = run_campaign(args.scenarios, out=args.out, jobs=args.jobs, resume=args.resume,
+                                shard=parse_shard(args.shard), backends=backends, quiet=args.quiet)
+    finally:
+        if world is not None:
+            world.stop_followers()
     if not args.quiet:
         for r in camp.results:
             print(f"\n== {r.name}  ({r.path})")
@@ -155,6 +162,30 @@ def _cmd_run(args) -> int:
             ERROR: f"{of} had a backend error ({counts}){invariance}",
             NOT_VERIFIED: f"no backend under test was verified in {_points(n_points, n_points)} ({counts})"}
     return _finish(verdict, text[verdict])
+
+
+def _launched_world(args):
+    """The job's world when mpirun or srun started this process (moenum.ep), else None. Its points run
+    one at a time in this process: a distributed point's ranks are the job's processes."""
+    from .ep import world
+    if not world.launched():
+        return None
+    if args.jobs > 1:
+        raise ScenarioError(f"-j {args.jobs}: under mpirun or srun the points run one at a time (-j 1); "
+                            f"each process is one EP rank", key="-j")
+    return world.current()
+
+
+def _follow(world, args, backends) -> int:
+    """A rank other than 0: the same scenario points, each run when rank 0 announces it."""
+    from .ep.session import EXIT_BAD_INPUT as BAD_INPUT, follow
+    from .runner import run
+    from .scenario import load_scenarios
+    try:
+        points = [sc for p in args.scenarios for sc in load_scenarios(p)]
+    except ScenarioError as e:
+        world.abort(str(e), BAD_INPUT)
+    return follow(world, points, lambda sc: run(sc, out=args.out, backends=backends))
 
 
 def _run_injected(args, backends):

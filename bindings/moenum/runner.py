@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 
 from . import _core, external, traits
+from .ep import session as ep_session
 from .disposition import ERROR, FAILED, NOT_VERIFIED, PASSED, ran_ok
 from .errors import ScenarioError
 from .execution import require_devices
@@ -66,11 +67,13 @@ def _run_backend(name: str, core_sc, prepared, sc: Scenario, keep_stages: bool |
     return out
 
 
-def run(scenario, out="results", backends: list[str] | None = None, inject=None) -> RunResult:
+def run(scenario, out="results", backends: list[str] | None = None, inject=None) -> RunResult | None:
     """Run one scenario point (a Scenario, a dict, or a path holding exactly one point).
 
     inject: fault injections (strings `BACKEND:TENSOR[i,...]+=Nulp|+=<amount>`, see moenum.inject),
-    applied to the backends' results before verification; each gets a check `inject.<backend>.<tensor>`."""
+    applied to the backends' results before verification; each gets a check `inject.<backend>.<tensor>`.
+    A point with dispatch.transport mpi or nccl runs on every rank of a launched job (moenum.ep); it
+    returns None on the ranks other than 0."""
     from . import inject as inject_mod
     injections = inject_mod.parse_all(inject)
     if isinstance(scenario, (str, Path)):
@@ -82,6 +85,17 @@ def run(scenario, out="results", backends: list[str] | None = None, inject=None)
         from .scenario import from_dict
         (scenario,) = from_dict(scenario)
     sc: Scenario = scenario
+    ep = ep_session.for_point(sc)
+    if ep is None:
+        return _run_point(sc, out, backends, injections, _run_backend, ep_session.local_attributes())
+    with ep.guard():  # a real EP run: a rank that fails stops every rank
+        return _run_point(sc, out, backends, injections, ep.backend_runner(_run_backend), ep.results_attributes())
+
+
+def _run_point(sc: Scenario, out, backends, injections, run_backend, transport_attrs: dict) -> RunResult | None:
+    """run() once the point is known; run_backend runs one backend, on this process or (a real EP run)
+    on every rank, returning None on the ranks other than 0, which then leave the rest to rank 0."""
+    from . import inject as inject_mod
     cfg = sc.config
     names = list(backends or cfg["backends"])
     unknown = [b for b in names if not traits.known(b)]
@@ -117,7 +131,9 @@ def run(scenario, out="results", backends: list[str] | None = None, inject=None)
     invariance_c = {}          # backend -> (passed, detail)
     shapes = expected_shapes(cfg)
     for name in names:
-        r = _run_backend(name, core_sc, prepared, sc, keep_stages(name))
+        r = run_backend(name, core_sc, prepared, sc, keep_stages(name))
+        if r is None:  # another rank's share of a real EP run
+            continue
         results[name] = r
         if ran_ok(r["disposition"]):
             c = output_checks(name, r, shapes, nonfinite_expected(cfg))
@@ -142,6 +158,8 @@ def run(scenario, out="results", backends: list[str] | None = None, inject=None)
             c = weights_layout_check(name, r, lambda n=name: _rerun_other_layout(sc, n, core_sc, prepared))
             if c is not None:
                 invariance_c[name] = c
+    if len(results) < len(names):  # a rank other than 0: rank 0 verifies and writes
+        return None
     applied = [(inj, applied[i]) for i, inj in enumerate(injections)]
 
     table = error_table(results, names, baseline, prepared.topk_idx, partial_experts(cfg))
@@ -189,7 +207,7 @@ def run(scenario, out="results", backends: list[str] | None = None, inject=None)
     if cfg["output"]["diffs"] == "full":
         diffs = _full_diffs(results, names, baseline)
     path = result_path(out, sc.name)
-    attrs = {**root_attributes(sc.to_yaml()), **results_attributes(cfg)}
+    attrs = {**root_attributes(sc.to_yaml()), **results_attributes(cfg), **transport_attrs}
     write_results(path, attrs, prepared, results, table, checks,
                   write_inputs=cfg["output"]["inputs"], write_stages=cfg["output"]["intermediates"],
                   diffs=diffs, extra_tables={"stages": table_to_records(stages_df)} if reports else None)

@@ -202,6 +202,9 @@ def _check_combinations(cfg: dict, err) -> None:
     outside = [r for r in d["ranks"] or () if not 0 <= r < d["ep"]]
     if outside:
         raise err("dispatch.ranks", f"rank {outside[0]} is not in [0, ep) = [0, {d['ep']})")
+    if d["transport"] != "local" and d["ranks"]:
+        raise err("dispatch.ranks", f"transport {d['transport']} runs every EP rank, one per process; "
+                  f"dispatch.ranks simulates a subset with transport local")
     if d["align"] is None:
         d["align"] = RECIPE_ALIGN.get(r["name"], 0) if d["padding"] != "none" or r["name"] in RECIPE_ALIGN else 0
         if d["padding"] != "none" and d["align"] == 0:

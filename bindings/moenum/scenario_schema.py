@@ -103,6 +103,9 @@ SCHEMA: dict[str, Any] = {
         "padding": Key(str, "none", choices=("none", "router", "router_post", "module", "hybridep")),
         "align": Key(int, None, check=at_least(0)),  # default from the recipe
         "ranks": Key(list, None, check=rank_list),   # simulate only these EP ranks (default: all)
+        # local: every EP rank simulated in one process; mpi / nccl: one process per EP rank under
+        # mpirun -np <ep> or srun (moenum.ep), rows moved by MPI_Alltoallv or NCCL send/recv
+        "transport": Key(str, "local", choices=("local", "mpi", "nccl")),
     },
     "recipe": {
         "name": Key(str, "bf16", choices=("fp32", "bf16", "mxfp8")),

@@ -1,0 +1,1 @@
+"""Real expert parallelism: one process per EP rank (dispatch.transport: mpi | nccl)."""
