@@ -112,10 +112,6 @@ class DispatchConfig:
     @ranks.setter
     def ranks(self, arg0: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> None:
         ...
-class ExecutionConfig:
-    device: str
-    def __init__(self) -> None:
-        ...
 class RecipeConfig:
     accumulate: str
     bias_mode: str
@@ -194,6 +190,10 @@ class OutputConfig:
     intermediates: bool
     def __init__(self) -> None:
         ...
+class ExecutionConfig:
+    device: str
+    def __init__(self) -> None:
+        ...
 class Scenario:
     description: str
     dispatch: DispatchConfig
@@ -245,6 +245,14 @@ class Prepared:
     @property
     def topk_idx(self) -> numpy.typing.NDArray[numpy.int32]:
         ...
+class _NcclComm:
+    """
+    An NCCL communicator on this rank's GPU (local rank mod device count)
+    """
+    def alltoallv(self, send: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], send_counts: typing.Annotated[numpy.typing.ArrayLike, numpy.int64], recv_counts: typing.Annotated[numpy.typing.ArrayLike, numpy.int64]) -> numpy.typing.NDArray[numpy.uint8]:
+        """
+        Bytes send[offsets[p]:][:send_counts[p]] to rank p, grouped ncclSend/ncclRecv; returns what arrived
+        """
 class BackendTraits:
     """
     What the registry knows about a backend without running it
@@ -362,7 +370,7 @@ def exact_gemm_nt(A: typing.Annotated[numpy.typing.ArrayLike, numpy.float64], B:
     C = A . B^T of the reference: (c_rn_f32, absprod, c64). c_rn_f32: correctly rounded fp32 of the exact
     sum; absprod: sum_k |a_k b_k|; c64: the exact sum where fp64 certifies it, else NaN.
     """
-def execution_device(requested: str) -> tuple:
+def execution_device(requested: str) -> tuple[bool, str, str]:
     """
     (ok, device, reason): execution.device (auto | cpu | gpu) resolved on this machine; ok is false for gpu without a usable GPU or without CUDA in this build
     """
@@ -401,15 +409,13 @@ def mx_quantize(x: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], fmt:
     (the default: TransformerEngine's kernel rule, 1.0 for code 0, +0.0 for 0xFE) or 'spec' (2^(127-code)
     exactly); see e8m0.h.
     """
-def nccl_comm(unique_id: bytes, size: typing.SupportsInt | typing.SupportsIndex, rank: typing.SupportsInt | typing.SupportsIndex, local_rank: typing.SupportsInt | typing.SupportsIndex, timeout_s: typing.SupportsFloat | typing.SupportsIndex) -> typing.Any:
+def nccl_comm(unique_id: bytes, size: typing.SupportsInt | typing.SupportsIndex, rank: typing.SupportsInt | typing.SupportsIndex, local_rank: typing.SupportsInt | typing.SupportsIndex, timeout_s: typing.SupportsFloat | typing.SupportsIndex) -> _NcclComm:
     """
-    This rank's NCCL communicator, from rank 0's unique id, on its GPU (local rank mod device count);
-    alltoallv(send, send_counts, recv_counts) moves bytes with grouped ncclSend/ncclRecv. Raises
-    RuntimeError in a build without CUDA and NCCL (built_with_nccl)
+    This rank's NCCL communicator, from rank 0's unique id, on its GPU (local rank mod device count)
     """
 def nccl_unique_id() -> bytes:
     """
-    A new NCCL unique id (rank 0 makes it and broadcasts it over MPI); RuntimeError without NCCL
+    A new NCCL unique id (rank 0 makes it and broadcasts it over MPI)
     """
 def prepare(scenario: Scenario) -> Prepared:
     """
@@ -442,5 +448,5 @@ DISPOSITIONS: tuple = ('passed', 'failed', 'error', 'not_verified', 'not_run', '
 GEMMS: list = [{'name': 'fc1_fprop', 'output': 'h', 'A': {'source': 'x', 'direction': 'rowwise', 'gradient': False}, 'B': {'source': 'w1', 'direction': 'rowwise', 'gradient': False}}, {'name': 'fc2_fprop', 'output': 'o', 'A': {'source': 'a', 'direction': 'rowwise', 'gradient': False}, 'B': {'source': 'w2', 'direction': 'rowwise', 'gradient': False}}, {'name': 'fc2_dgrad', 'output': 'da', 'A': {'source': 'dy', 'direction': 'rowwise', 'gradient': True}, 'B': {'source': 'w2', 'direction': 'columnwise', 'gradient': False}}, {'name': 'fc2_wgrad', 'output': 'dw2', 'A': {'source': 'dy', 'direction': 'columnwise', 'gradient': True}, 'B': {'source': 'a', 'direction': 'columnwise', 'gradient': False}}, {'name': 'fc1_dgrad', 'output': 'dx_row', 'A': {'source': 'dh', 'direction': 'rowwise', 'gradient': True}, 'B': {'source': 'w1', 'direction': 'columnwise', 'gradient': False}}, {'name': 'fc1_wgrad', 'output': 'dw1', 'A': {'source': 'dh', 'direction': 'columnwise', 'gradient': True}, 'B': {'source': 'x', 'direction': 'columnwise', 'gradient': False}}]
 STAGES: list = [{'name': 'fc1_fprop.A', 'kind': 'mx', 'where': 'stages', 'inputs': tuple(), 'gemm': 'fc1_fprop', 'operand': 'A', 'needs_bias': False, 'mx_only': True, 'doc': 'MXFP8 codes and scales of x (fc1_fprop A)'}, {'name': 'fc1_fprop.B', 'kind': 'mx', 'where': 'stages', 'inputs': tuple(), 'gemm': 'fc1_fprop', 'operand': 'B', 'needs_bias': False, 'mx_only': True, 'doc': 'MXFP8 codes and scales of w1 (fc1_fprop B)'}, {'name': 'h', 'kind': 'gemm', 'where': 'stages', 'inputs': tuple(), 'gemm': 'fc1_fprop', 'operand': '', 'needs_bias': False, 'mx_only': False, 'doc': "FC1: x . w1^T (+ b1), the activation's input"}, {'name': 'act', 'kind': 'exact', 'where': 'stages', 'inputs': ('h'), 'gemm': '', 'operand': '', 'needs_bias': False, 'mx_only': False, 'doc': 'silu(g) * l, fp32'}, {'name': 'a', 'kind': 'exact', 'where': 'stages', 'inputs': ('h'), 'gemm': '', 'operand': '', 'needs_bias': False, 'mx_only': False, 'doc': "round(silu(g) * l * p), FC2's input"}, {'name': 'fc2_fprop.A', 'kind': 'mx', 'where': 'stages', 'inputs': ('a'), 'gemm': 'fc2_fprop', 'operand': 'A', 'needs_bias': False, 'mx_only': True, 'doc': 'MXFP8 codes and scales of a (fc2_fprop A)'}, {'name': 'fc2_fprop.B', 'kind': 'mx', 'where': 'stages', 'inputs': tuple(), 'gemm': 'fc2_fprop', 'operand': 'B', 'needs_bias': False, 'mx_only': True, 'doc': 'MXFP8 codes and scales of w2 (fc2_fprop B)'}, {'name': 'o', 'kind': 'gemm', 'where': 'stages', 'inputs': ('a'), 'gemm': 'fc2_fprop', 'operand': '', 'needs_bias': False, 'mx_only': False, 'doc': 'FC2: a . w2^T'}, {'name': 'out', 'kind': 'exact', 'where': 'stages', 'inputs': ('o'), 'gemm': '', 'operand': '', 'needs_bias': False, 'mx_only': False, 'doc': 'round(o + b2 * p)'}, {'name': 'y', 'kind': 'exact', 'where': 'outputs', 'inputs': ('o'), 'gemm': '', 'operand': '', 'needs_bias': False, 'mx_only': False, 'doc': 'combine: round(sum of out over routed experts, ascending id)'}, {'name': 'fc2_dgrad.A', 'kind': 'mx', 'where': 'stages', 'inputs': tuple(), 'gemm': 'fc2_dgrad', 'operand': 'A', 'needs_bias': False, 'mx_only': True, 'doc': 'MXFP8 codes and scales of dy (fc2_dgrad A)'}, {'name': 'fc2_dgrad.B', 'kind': 'mx', 'where': 'stages', 'inputs': tuple(), 'gemm': 'fc2_dgrad', 'operand': 'B', 'needs_bias': False, 'mx_only': True, 'doc': 'MXFP8 codes and scales of w2 (fc2_dgrad B)'}, {'name': 'da', 'kind': 'gemm', 'where': 'stages', 'inputs': tuple(), 'gemm': 'fc2_dgrad', 'operand': '', 'needs_bias': False, 'mx_only': False, 'doc': 'FC2 dgrad: dy . w2'}, {'name': 'fc2_wgrad.A', 'kind': 'mx', 'where': 'stages', 'inputs': tuple(), 'gemm': 'fc2_wgrad', 'operand': 'A', 'needs_bias': False, 'mx_only': True, 'doc': 'MXFP8 codes and scales of dy (fc2_wgrad A)'}, {'name': 'fc2_wgrad.B', 'kind': 'mx', 'where': 'stages', 'inputs': ('a'), 'gemm': 'fc2_wgrad', 'operand': 'B', 'needs_bias': False, 'mx_only': True, 'doc': 'MXFP8 codes and scales of a (fc2_wgrad B)'}, {'name': 'dw2', 'kind': 'gemm', 'where': 'outputs', 'inputs': ('a'), 'gemm': 'fc2_wgrad', 'operand': '', 'needs_bias': False, 'mx_only': False, 'doc': 'FC2 wgrad: dy^T . a, fp32'}, {'name': 'db2', 'kind': 'reduction', 'where': 'outputs', 'inputs': tuple(), 'gemm': '', 'operand': '', 'needs_bias': True, 'mx_only': False, 'doc': "sum of p * dy over the expert's rows"}, {'name': 'dh', 'kind': 'exact', 'where': 'stages', 'inputs': ('da', 'h'), 'gemm': '', 'operand': '', 'needs_bias': False, 'mx_only': False, 'doc': "round([da*p*l*silu'(g), da*p*silu(g)])"}, {'name': 'dprobs', 'kind': 'reduction', 'where': 'outputs', 'inputs': ('da', 'h'), 'gemm': '', 'operand': '', 'needs_bias': False, 'mx_only': False, 'doc': 'dot(da, act) + dot(dy, b2) per routed row'}, {'name': 'fc1_dgrad.A', 'kind': 'mx', 'where': 'stages', 'inputs': ('dh'), 'gemm': 'fc1_dgrad', 'operand': 'A', 'needs_bias': False, 'mx_only': True, 'doc': 'MXFP8 codes and scales of dh (fc1_dgrad A)'}, {'name': 'fc1_dgrad.B', 'kind': 'mx', 'where': 'stages', 'inputs': tuple(), 'gemm': 'fc1_dgrad', 'operand': 'B', 'needs_bias': False, 'mx_only': True, 'doc': 'MXFP8 codes and scales of w1 (fc1_dgrad B)'}, {'name': 'dx_row', 'kind': 'gemm', 'where': 'stages', 'inputs': ('dh'), 'gemm': 'fc1_dgrad', 'operand': '', 'needs_bias': False, 'mx_only': False, 'doc': 'FC1 dgrad: dh . w1'}, {'name': 'dx', 'kind': 'exact', 'where': 'outputs', 'inputs': ('dx_row'), 'gemm': '', 'operand': '', 'needs_bias': False, 'mx_only': False, 'doc': 'combine of dx_row'}, {'name': 'fc1_wgrad.A', 'kind': 'mx', 'where': 'stages', 'inputs': ('dh'), 'gemm': 'fc1_wgrad', 'operand': 'A', 'needs_bias': False, 'mx_only': True, 'doc': 'MXFP8 codes and scales of dh (fc1_wgrad A)'}, {'name': 'fc1_wgrad.B', 'kind': 'mx', 'where': 'stages', 'inputs': tuple(), 'gemm': 'fc1_wgrad', 'operand': 'B', 'needs_bias': False, 'mx_only': True, 'doc': 'MXFP8 codes and scales of x (fc1_wgrad B)'}, {'name': 'dw1', 'kind': 'gemm', 'where': 'outputs', 'inputs': ('dh'), 'gemm': 'fc1_wgrad', 'operand': '', 'needs_bias': False, 'mx_only': False, 'doc': 'FC1 wgrad: dh^T . x, fp32'}, {'name': 'db1', 'kind': 'reduction', 'where': 'outputs', 'inputs': ('dh'), 'gemm': '', 'operand': '', 'needs_bias': True, 'mx_only': False, 'doc': "sum of dh over the expert's rows"}]
 __version__: str = '0.1.0'
-built_with_cuda: bool = False
-built_with_nccl: bool = False
+built_with_cuda: bool = True
+built_with_nccl: bool = True
