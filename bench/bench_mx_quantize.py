@@ -16,13 +16,13 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+
+from bench_process import cpu_model, run_per_thread_count
 
 HEADING = "## MXFP8 quantize throughput (issue 3)"
 FMT_MAX = {"e4m3": 448.0, "e5m2": 57344.0}
@@ -103,27 +103,9 @@ def worker(args) -> dict:
     return out
 
 
-def cpu_model() -> str:
-    try:
-        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
-            if line.startswith("Model name:"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def run_all(args) -> list[dict]:
-    runs = []
-    for threads in ["1", str(os.cpu_count() or 1)]:
-        env = dict(os.environ, OMP_NUM_THREADS=threads)
-        cmd = [sys.executable, __file__, "--worker", "--rows", str(args.rows), "--cols", str(args.cols),
-               "--reps", str(args.reps), "--formats", *args.formats]
-        if threads != "1":
-            cmd.append("--skip-peers")  # the peers do not use threads: measured once, in the 1-thread run
-        res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
-        runs.append(json.loads(res.stdout.strip().splitlines()[-1]))
-    return runs
+    return run_per_thread_count(__file__, ["--rows", str(args.rows), "--cols", str(args.cols), "--reps", str(args.reps),
+                                           "--formats", *args.formats], "--skip-peers")
 
 
 def report(args, runs: list[dict]) -> str:

@@ -12,12 +12,12 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
-import subprocess
 import sys
 import time
 
 import numpy as np
+
+from bench_process import cpu_model, run_per_thread_count
 
 HEADING = "## Tensor-core model throughput (issue 12)"
 FORMATS = ("bf16", "e4m3", "e5m2")
@@ -71,26 +71,9 @@ def worker(args) -> dict:
     return out
 
 
-def cpu_model() -> str:
-    try:
-        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
-            if line.startswith("Model name:"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def run_all(args) -> list[dict]:
-    runs = []
-    for threads in ["1", str(os.cpu_count() or 1)]:
-        env = dict(os.environ, OMP_NUM_THREADS=threads)
-        cmd = [sys.executable, __file__, "--worker", "--n", str(args.n), "--k", str(args.k), "--reps", str(args.reps)]
-        if threads != "1":
-            cmd.append("--skip-peer")
-        res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
-        runs.append(json.loads(res.stdout.strip().splitlines()[-1]))
-    return runs
+    return run_per_thread_count(__file__, ["--n", str(args.n), "--k", str(args.k), "--reps", str(args.reps)],
+                                "--skip-peer")
 
 
 def report(args, runs: list[dict]) -> str:
