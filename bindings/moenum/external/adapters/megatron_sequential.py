@@ -62,6 +62,16 @@ def _one_process_parallel_state(parallel_state):
                                                  expert_model_parallel_size=1)
 
 
+def _experts_config(TransformerConfig, spec, **options):
+    """The TransformerConfig of one MoE layer's experts as the spec describes them (SwiGLU, the fused
+    activation where Megatron allows it), plus each adapter's own options."""
+    return TransformerConfig(
+        num_layers=1, hidden_size=spec.hidden, ffn_hidden_size=spec.ffn, moe_ffn_hidden_size=spec.ffn,
+        num_attention_heads=1, num_moe_experts=spec.num_local_experts, add_bias_linear=spec.bias,
+        gated_linear_unit=True, activation_func=F.silu, bias_activation_fusion=not spec.bias,
+        params_dtype=spec.dtype, bf16=spec.dtype == torch.bfloat16, perform_initialization=False, **options)
+
+
 class MegatronSequentialExperts:
     def __init__(self, spec):
         if spec.recipe not in ("fp32", "bf16"):
@@ -74,12 +84,8 @@ class MegatronSequentialExperts:
             layers.fused_weight_gradient_mlp_cuda = _Fp32WgradAccumulation
             layers._grad_accum_fusion_available = True
         self.spec = spec
-        config = TransformerConfig(
-            num_layers=1, hidden_size=spec.hidden, ffn_hidden_size=spec.ffn, moe_ffn_hidden_size=spec.ffn,
-            num_attention_heads=1, num_moe_experts=spec.num_local_experts, add_bias_linear=spec.bias,
-            gated_linear_unit=True, activation_func=F.silu, bias_activation_fusion=not spec.bias,
-            params_dtype=spec.dtype, bf16=spec.dtype == torch.bfloat16, use_cpu_initialization=True,
-            perform_initialization=False, gradient_accumulation_fusion=True)
+        config = _experts_config(TransformerConfig, spec, use_cpu_initialization=True,
+                                 gradient_accumulation_fusion=True)
         experts = LocalSpecProvider().grouped_mlp_modules(False)
         pgs = ProcessGroupCollection.use_mpu_process_groups()
         self.module = experts(spec.num_local_experts, config, pg_collection=pgs).to(spec.device)

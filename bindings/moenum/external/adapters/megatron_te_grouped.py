@@ -5,10 +5,9 @@ TransformerEngine is not importable it is not_run with the reason; mxfp8 only wh
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from ..errors import NotRun, NotSupported
-from .megatron_sequential import _megatron, _one_process_parallel_state
+from .megatron_sequential import _experts_config, _megatron, _one_process_parallel_state
 
 
 def check_available():
@@ -29,12 +28,7 @@ class MegatronTEGroupedExperts:
         parallel_state, _, ProcessGroupCollection, _, TransformerConfig = _megatron()
         _one_process_parallel_state(parallel_state)
         self.spec = spec
-        config = TransformerConfig(
-            num_layers=1, hidden_size=spec.hidden, ffn_hidden_size=spec.ffn, moe_ffn_hidden_size=spec.ffn,
-            num_attention_heads=1, num_moe_experts=spec.num_local_experts, add_bias_linear=spec.bias,
-            gated_linear_unit=True, activation_func=F.silu, bias_activation_fusion=not spec.bias,
-            params_dtype=spec.dtype, bf16=spec.dtype == torch.bfloat16, moe_grouped_gemm=True,
-            perform_initialization=False, gradient_accumulation_fusion=False)
+        config = _experts_config(TransformerConfig, spec, moe_grouped_gemm=True, gradient_accumulation_fusion=False)
         experts = TESpecProvider().grouped_mlp_modules(True)
         pgs = ProcessGroupCollection.use_mpu_process_groups()
         self.module = experts(spec.num_local_experts, config, pg_collection=pgs).to(spec.device)
