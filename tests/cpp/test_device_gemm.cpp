@@ -89,21 +89,6 @@ TEST(DeviceGemm, AnOutputNextToAnFp32MidpointIsSummedExactlyOnEitherEngine) {
   EXPECT_EQ(st.exact_path, 1);
 }
 
-// Same values under the project's bitwise rule (bit patterns; every NaN equals every NaN).
-bool same_values(const Tensor& a, const Tensor& b) {
-  if (a.dtype != b.dtype || a.shape != b.shape) return false;
-  if (a.itemsize() == 1) return moenum::testing::same_bits(a, b);
-  for (int64_t i = 0; i < a.size(); ++i) {
-    const double x = a.get(i), y = b.get(i);
-    if (std::isnan(x) || std::isnan(y)) {
-      if (!(std::isnan(x) && std::isnan(y))) return false;
-    } else if (std::memcmp(&x, &y, sizeof x) != 0) {
-      return false;
-    }
-  }
-  return true;
-}
-
 Scenario layer_scenario(const std::string& recipe, bool special) {
   Scenario sc;
   sc.name = "device-gemm-test";
@@ -137,8 +122,8 @@ TEST_P(DeviceGemmLayer, ReferenceIsBitwiseAndGoldenAgrees) {
   const LayerResult dev = run(p.sc, p.prob, p.plan, dev_opt);
   EXPECT_GT(engine.calls(), 0);
   ASSERT_EQ(cpu.outputs.size(), dev.outputs.size());
-  for (const auto& [name, t] : cpu.outputs) EXPECT_TRUE(same_values(t, dev.outputs.at(name))) << name;
-  for (const auto& [name, t] : cpu.stages) EXPECT_TRUE(same_values(t, dev.stages.at(name))) << name;
+  for (const auto& [name, t] : cpu.outputs) EXPECT_TRUE(moenum::testing::same_values(t, dev.outputs.at(name))) << name;
+  for (const auto& [name, t] : cpu.stages) EXPECT_TRUE(moenum::testing::same_values(t, dev.stages.at(name))) << name;
 
   GoldenPolicy on_device;
   on_device.device = &engine;

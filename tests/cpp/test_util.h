@@ -63,6 +63,22 @@ inline bool same_bits(const Tensor& a, const Tensor& b, int64_t begin = 0, int64
                      size_t(end - begin) * w) == 0;
 }
 
+// Same values under the project's bitwise rule: bit patterns, except that every NaN equals every
+// NaN (payloads and signs may differ between implementations).
+inline bool same_values(const Tensor& a, const Tensor& b) {
+  if (a.dtype != b.dtype || a.shape != b.shape) return false;
+  if (a.itemsize() == 1) return same_bits(a, b);
+  for (int64_t i = 0; i < a.size(); ++i) {
+    const double x = a.get(i), y = b.get(i);
+    if (std::isnan(x) || std::isnan(y)) {
+      if (!(std::isnan(x) && std::isnan(y))) return false;
+    } else if (std::memcmp(&x, &y, sizeof x) != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
 // Relative Frobenius error ||a - b|| / ||b|| of two tensors of the same size.
 inline double rel_fro(const Tensor& a, const Tensor& b) {
   double num = 0, den = 0;

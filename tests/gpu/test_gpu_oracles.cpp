@@ -52,21 +52,6 @@ TEST(GpuOracleGemm, ProductsAgreeWithTheCpuAndCertifyToTheCpuReference) {
   }
 }
 
-// Same values under the project's bitwise rule (bit patterns; every NaN equals every NaN).
-bool same_values(const Tensor& a, const Tensor& b) {
-  if (a.dtype != b.dtype || a.shape != b.shape) return false;
-  if (a.itemsize() == 1) return moenum::testing::same_bits(a, b);
-  for (int64_t i = 0; i < a.size(); ++i) {
-    const double x = a.get(i), y = b.get(i);
-    if (std::isnan(x) || std::isnan(y)) {
-      if (!(std::isnan(x) && std::isnan(y))) return false;
-    } else if (std::memcmp(&x, &y, sizeof x) != 0) {
-      return false;
-    }
-  }
-  return true;
-}
-
 struct OracleCase {
   std::string name, recipe;
   ScenarioSpec spec;
@@ -92,12 +77,12 @@ TEST_P(GpuOracleLayer, ReferenceBitwiseAndGoldenWithin1e12) {
     ASSERT_EQ(cpu.outputs.size(), gpu.outputs.size());
     for (const auto& [name, t] : cpu.outputs) {
       if (std::string(oracle) == "reference")
-        EXPECT_TRUE(same_values(gpu.outputs.at(name), t)) << oracle << " " << name;
+        EXPECT_TRUE(moenum::testing::same_values(gpu.outputs.at(name), t)) << oracle << " " << name;
       else
         EXPECT_LE(moenum::testing::rel_fro(gpu.outputs.at(name), t), 1e-12) << oracle << " " << name;
     }
     if (std::string(oracle) == "reference")
-      for (const auto& [name, t] : cpu.stages) EXPECT_TRUE(same_values(gpu.stages.at(name), t)) << name;
+      for (const auto& [name, t] : cpu.stages) EXPECT_TRUE(moenum::testing::same_values(gpu.stages.at(name), t)) << name;
   }
 }
 
