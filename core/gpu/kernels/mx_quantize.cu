@@ -68,10 +68,19 @@ mx_quantize_vec_kernel(const uint16_t* __restrict__ x, int64_t rows, int64_t col
   const bool lane_in = lane * 8 < ncols;  // whole blocks of four lanes are in or out
   const int64_t nb = cols / kMxBlock;
 
-  for (int rr = 0; rr < kVecRows / 8; ++rr) {
-    const int i = warp * (kVecRows / 8) + rr;
-    uint4 raw = make_uint4(0, 0, 0, 0);
-    if (i < nrows && lane_in) raw = *reinterpret_cast<const uint4*>(x + (r0 + i) * cols + c0 + lane * 8);
+  // All four rows' loads are issued before any is used: 64 bytes in flight per thread.
+  constexpr int kRowsPerWarp = kVecRows / 8;
+  uint4 raws[kRowsPerWarp];
+#pragma unroll
+  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+    const int i = warp * kRowsPerWarp + rr;
+    raws[rr] = make_uint4(0, 0, 0, 0);
+    if (i < nrows && lane_in) raws[rr] = __ldg(reinterpret_cast<const uint4*>(x + (r0 + i) * cols + c0 + lane * 8));
+  }
+#pragma unroll
+  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+    const int i = warp * kRowsPerWarp + rr;
+    const uint4 raw = raws[rr];
     *reinterpret_cast<uint4*>(&tile[i][lane * 8]) = raw;
     const uint16_t* h = reinterpret_cast<const uint16_t*>(&raw);
     float v[8];

@@ -9,11 +9,12 @@
 
 namespace moenum::gpu {
 
-// Two implementations of the same bytes. Tiled: a 32 x 128 fp32 tile in shared memory, one thread
-// per block of 32 and the software FP8 encoder. Vectorized: 16-byte loads and stores, FP8 conversion
-// in hardware on sm_89+ (cvt.rn.satfinite); it needs 16-byte aligned x and codes (cols % 8 == 0 and
-// cudaMalloc'd buffers) and falls back to Tiled otherwise. tests/gpu/test_gpu_mx.cpp holds both to
-// the CPU rules, bit for bit.
+// Two implementations of the same bytes. Vectorized (the default): 16-byte loads and stores, FP8
+// conversion in hardware on sm_89+ (cvt.rn.satfinite), one 32 x 256 tile per block; it needs 16-byte
+// aligned x and codes (cols % 8 == 0 and cudaMalloc'd buffers) and falls back to Tiled otherwise.
+// Tiled: a 32 x 128 fp32 tile in shared memory, one thread per block of 32 and the software FP8
+// encoder. bench/RESULTS.md has their bandwidth; tests/gpu/test_gpu_mx.cpp holds both to the CPU
+// rules, bit for bit.
 enum class MxQuantizeKernel { Tiled, Vectorized };
 
 // One pass over a bf16 [rows, cols] tensor (row-major) producing both quantizations:
@@ -24,7 +25,7 @@ enum class MxQuantizeKernel { Tiled, Vectorized };
 // only when rows % 32 == 0 (pass nullptr for them otherwise). Either pair may be nullptr.
 void launch_mx_quantize_bf16(const uint16_t* x, int64_t rows, int64_t cols, Fp8Format fmt, ScaleRounding rounding,
                              InvScaleRule inv_scale, uint8_t* q_row, uint8_t* s_row, uint8_t* q_col, uint8_t* s_col,
-                             cudaStream_t s, MxQuantizeKernel kernel = MxQuantizeKernel::Tiled);
+                             cudaStream_t s, MxQuantizeKernel kernel = MxQuantizeKernel::Vectorized);
 
 // Dequantize MXFP8 codes to bf16 for the Hopper path of the mxfp8 recipe (no native MXFP8 GEMM on
 // sm_90: each GEMM runs bf16 on the dequantized operand values). out[i, j] = bf16(fp8(q[i, j]) *
