@@ -62,7 +62,9 @@ int main() {
   const BenchShape shapes[] = {
       {"dsv3_fc1_ep8", 32, 32768, 4096, 7168}, {"dsv3_fc2_ep8", 32, 32768, 7168, 2048},
       {"qwen3_30b_fc1", 128, 65536, 1536, 2048}, {"qwen3_30b_fc2", 128, 65536, 2048, 768},
-      {"mixtral_fc1", 8, 16384, 28672, 4096},
+      {"qwen3.5_35b_fc1", 256, 65536, 1024, 2048}, {"qwen3.5_35b_fc2", 256, 65536, 2048, 512},
+      {"gpt_oss_120b_fc1", 128, 32768, 5760, 2880}, {"gpt_oss_120b_fc2", 128, 32768, 2880, 2880},
+      {"mixtral_fc1", 8, 16384, 28672, 4096}, {"mixtral_fc2", 8, 16384, 4096, 14336},
   };
   cudaStream_t s;
   cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
