@@ -18,13 +18,17 @@ from .errors import EnvironmentFailure
 
 # Bytes per stored value: golden computes and returns fp64, every other backend fp32 (bf16 values too).
 GOLDEN_BYTES, VALUE_BYTES, CODE_BYTES = 8, 4, 1
-# Beyond what is kept, the point's working memory, per weight value and per row value (in the widest
-# backend's bytes): the operands converted and dequantized, the weight gradients, the checks' fp64
-# copies. Fitted to the peak RSS of weight-heavy and token-heavy points (golden, reference,
-# cpu.eigen; bf16 and mxfp8), then MARGIN on top so that the estimate errs high.
-WORKING_PER_WEIGHT, WORKING_PER_ROW_VALUE = 4.5, 1.3
+# Working memory beyond what is kept: the oracles and the stage checks run a parallel loop over the
+# experts, and each thread holds one expert's operands and products in fp64 (golden's GEMMs, the
+# reference's certificate, the checks' recomputation): about WORKING_EXPERT_COPIES copies of one
+# expert's weights and WORKING_ROW_COPIES of its rows' values. Fitted to the peak RSS of weight-heavy,
+# token-heavy and row-heavy points on 1 and 2 threads and of the Qwen3-30B-A3B and DeepSeek-V3 points
+# on 16 (bench/RESULTS.md, "Memory estimate"), then MARGIN on top so that the estimate errs high.
+WORKING_EXPERT_COPIES, WORKING_ROW_COPIES = 3.0, 2.0
 MARGIN = 1.15
-FIXED_BYTES = 200 << 20  # the interpreter, numpy, pandas, h5py and the module itself (about 90 MB after import)
+# The interpreter, numpy, pandas, h5py and the module itself: a trivial point peaks at 240 MiB in a
+# build with the CUDA backends (cuBLAS and the CUDA runtime loaded), much less without them.
+FIXED_BYTES = {True: 320 << 20, False: 200 << 20}
 # One GPU backend's device buffers: operands, outputs and row tensors in fp32 and bf16, with room for
 # the GEMMs' workspaces.
 GPU_WORKING_FACTOR = 2.0
@@ -61,34 +65,52 @@ def shape_of(cfg: dict) -> Shape:
                  topk=m["topk"], rows=cfg["tokens"] * m["topk"] + padding)
 
 
-def _keeps_stages(cfg: dict, backend: str) -> bool:
-    from . import traits
-    return bool(cfg["output"]["intermediates"]) or (bool(cfg["verify"]["stages"]) and traits.under_test(backend))
+def _threads() -> int:
+    """The OpenMP threads a point's parallel loops use: OMP_NUM_THREADS, else the usable cores."""
+    try:
+        return max(int(os.environ.get("OMP_NUM_THREADS", "").split(",")[0]), 1)
+    except ValueError:
+        return max(len(os.sched_getaffinity(0)), 1)
+
+
+def _stage_bytes(cfg: dict, s: Shape) -> int:
+    """One backend's stage tensors (and, under mxfp8, the codes of every GEMM operand, both ways)."""
+    n = VALUE_BYTES * s.row_values
+    if cfg["recipe"]["name"] == "mxfp8":
+        n += CODE_BYTES * (2 * s.weights + s.rows * (4 * s.hidden + 2 * s.ffn + 2 * s.ffn1))
+    return n
 
 
 def host_bytes(cfg: dict, backends: list[str]) -> int:
-    """Peak host memory of one point, in bytes: the inputs, each backend's outputs and the stage
-    tensors kept to check it, and the working memory (an estimate that errs on the high side)."""
+    """Peak host memory of one point, in bytes: the inputs, each backend's outputs, the stage tensors
+    alive at once, and the working memory (an estimate that errs on the high side)."""
+    from . import traits
     s = shape_of(cfg)
-    kept = VALUE_BYTES * (s.token_values // 2 + s.weights)  # the inputs
+    inputs = VALUE_BYTES * (s.token_values // 2 + s.weights)
+    outputs = {b: (GOLDEN_BYTES if b == "golden" else VALUE_BYTES) * (s.token_values // 2 + s.weights + s.tokens * s.topk)
+               for b in backends}
+    under_test = [b for b in backends if traits.under_test(b)]
+    if cfg["output"]["intermediates"]:  # every backend's stages are kept to be written
+        stages = len(backends) * _stage_bytes(cfg, s)
+    elif cfg["verify"]["stages"] and under_test:  # each backend is checked as it runs, then its stages go
+        stages = _stage_bytes(cfg, s)
+    else:
+        stages = 0
+    # the single-vs-discrete-weights check reruns a backend under test: its outputs twice, for a while
+    rerun = 0
+    if cfg["verify"]["invariance"] and any(traits.layout_sensitive(b) for b in backends):
+        rerun = VALUE_BYTES * (s.token_values // 2 + s.weights)
+    kept = inputs + sum(outputs.values()) + stages + rerun
     # a results file up to results_io.IN_MEMORY_LIMIT is assembled in memory: HDF5's buffer and the bytes
     # written, each about the outputs' size; a larger one is written directly
-    results_file = 0
-    for b in backends:
-        nbytes = GOLDEN_BYTES if b == "golden" else VALUE_BYTES
-        outputs = nbytes * (s.token_values // 2 + s.weights + s.tokens * s.topk)
-        kept += outputs
-        results_file += 2 * outputs
-        if _keeps_stages(cfg, b):
-            kept += VALUE_BYTES * s.row_values
-            if cfg["recipe"]["name"] == "mxfp8":  # codes of every GEMM operand, both directions
-                kept += CODE_BYTES * (2 * s.weights + s.rows * (4 * s.hidden + 2 * s.ffn + 2 * s.ffn1))
-    widest = GOLDEN_BYTES if "golden" in backends else VALUE_BYTES
-    working = widest * (WORKING_PER_WEIGHT * s.weights + WORKING_PER_ROW_VALUE * s.row_values)
     from .results_io import IN_MEMORY_LIMIT
+    results_file = 2 * sum(outputs.values())
     if results_file > 2 * IN_MEMORY_LIMIT:
         results_file = 0
-    return int(FIXED_BYTES + MARGIN * (kept + max(working, results_file)))
+    experts_at_once = min(_threads(), s.experts)
+    working = GOLDEN_BYTES * experts_at_once * (WORKING_EXPERT_COPIES * s.weights + WORKING_ROW_COPIES * s.row_values) / s.experts
+    from . import _core
+    return int(FIXED_BYTES[bool(_core.built_with_cuda)] + MARGIN * (kept + max(working, results_file)))
 
 
 def gpu_bytes(cfg: dict) -> int:
