@@ -4,12 +4,13 @@
 
 namespace moenum::gpu::sm90 {
 
-// N >= 1024 and a multiple of 512 (so the 1x2 cluster of 256-wide tiles never runs past N): the
-// wider tile halves operand traffic per FLOP. Measured on H200 (bench/RESULTS.md, "GPU: second tile
-// configuration"): at or ahead of 128x128 on every bench shape (DeepSeek-V3 EP8 FC1/FC2, Qwen3 FC1
-// and FC2, Mixtral FC1), well ahead on the skewed ones.
+// N >= 1024 and a multiple of 64: the wider tile halves operand traffic per FLOP. Measured on H200
+// (bench/RESULTS.md, "GPU: second tile configuration" and "GPU ratio tables"): at or ahead of 128x128
+// on every bench shape, well ahead on the skewed ones. That includes gpt-oss-120b's N = 5760 and
+// 2880, where the last 1x2 cluster runs past N (by one whole tile, or by part of one), with outputs
+// bitwise those of 128x128.
 bool fprop_wide_tile(const GroupedGemmDesc& g) {
-  return g.kind == GemmKind::Fprop && g.n >= 1024 && g.n % 512 == 0;
+  return g.kind == GemmKind::Fprop && g.n >= 1024 && g.n % 64 == 0;
 }
 
 int default_chunks(const GroupedGemmDesc& g) {

@@ -6,7 +6,7 @@
 // Both choices below are made once per plan from host-known static information only (groups, N, K,
 // the GEMM kind), never from the device-side counts:
 //   tile  : 128x128x64 cooperative (every kind), or 128x256x64 cooperative with a 1x2 cluster
-//           (Fprop only, N >= 1024 and a multiple of 512: fprop_wide_tile). A third, 128x256x64 with
+//           (Fprop only, N >= 1024 and a multiple of 64: fprop_wide_tile). A third, 128x256x64 with
 //           a 2x1 cluster (the two CTAs share the B tile: torch._grouped_mm's choice for large
 //           shapes), is there on request only (Tile::T128x256M2) until the bench shows where it wins.
 //   chunks: Fprop/Dgrad split each group's rows, on the device, into up to `chunks` sub-groups of at
