@@ -1,14 +1,17 @@
 """Ctrl-C and SIGTERM: one way to stop a run, and never lost.
 
 Inside `handling()`, SIGINT and SIGTERM both raise `Interrupted` in the main thread. Python drops an
-exception raised inside a destructor or a callback ("Exception ignored in ..."), so the signal is also
-remembered: `check()` raises it again at the next safe point, and a run cannot end as if nothing
-happened. `shielded()` only remembers, for cleanup that must not be cut short (stopping workers,
-removing temporary files, writing index.json).
+exception raised inside a destructor or a callback (a weakref callback run by the garbage collector,
+say), so the signal is also remembered: `check()` raises it again at the next safe point, and a run
+cannot end as if nothing happened. Such a dropped `Interrupted` is not reported either (Python would
+print "Exception ignored in ..." and a traceback): the run's one `# INTERRUPTED` line says it all.
+`shielded()` only remembers, for cleanup that must not be cut short (stopping workers, removing
+temporary files, writing index.json).
 """
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from contextlib import contextmanager
 
@@ -48,6 +51,13 @@ def check() -> None:
         raise Interrupted(_received)
 
 
+def _unraisable(hook_args) -> None:
+    """sys.unraisablehook inside `handling()`: a dropped Interrupted is remembered, not printed."""
+    if isinstance(hook_args.exc_value, Interrupted):
+        return
+    sys.__unraisablehook__(hook_args)
+
+
 def _install(handler) -> dict | None:
     if threading.current_thread() is not threading.main_thread():
         return None  # signal handlers can only be set from the main thread
@@ -67,9 +77,11 @@ def handling():
         _received = None
     _depth += 1
     old = _install(_raise)
+    old_hook, sys.unraisablehook = sys.unraisablehook, _unraisable
     try:
         yield
     finally:
+        sys.unraisablehook = old_hook
         _restore(old)
         _depth -= 1
 

@@ -110,6 +110,29 @@ def test_signal_with_one_job_is_never_swallowed(tmp_path, many_points, sig):
         _assert_clean_stop(proc, out, jobs=1)
 
 
+def test_a_signal_dropped_inside_a_callback_is_silent_and_raised_at_the_next_check():
+    """The race behind a flaky `# INTERRUPTED` run with a traceback on stderr: the signal lands while the
+    garbage collector runs a weakref callback, where Python drops the exception ("Exception ignored
+    in ...", a traceback). Made deterministic here: the callback itself raises the signal's exception."""
+    code = """if True:
+        import signal, sys, weakref
+        from moenum import interrupt
+        class Obj: pass
+        with interrupt.handling():
+            obj = Obj()
+            ref = weakref.ref(obj, lambda _: interrupt._raise(signal.SIGINT, None))
+            del obj  # the callback runs here and its exception is dropped
+            try:
+                interrupt.check()
+            except interrupt.Interrupted as e:
+                print("raised", e.signal_name)
+    """
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "raised SIGINT"
+    assert r.stderr == "", r.stderr
+
+
 @pytest.mark.slow
 def test_killed_campaign_leaves_no_orphan_workers(tmp_path, many_points):
     """SIGKILL cannot be handled: the workers learn of it from the kernel and stop too."""
