@@ -40,11 +40,10 @@ echo "== pytest =="
 
 # ---- fuzzing: the scenario loader and the results reader under atheris, bounded --------------
 # A fixed number of inputs per target (MOENUM_FUZZ_RUNS, default 20000 for the loader, 6000 for the
-# reader: about 25 s each here), at most MOENUM_FUZZ_SECONDS (default 120) of it; findings land in
-# build/fuzz/ and fail the step. MOENUM_FUZZ_SEED (default 1) with a count of inputs, not a time, makes
-# the step the same on every machine: a faster one no longer reaches further. (Seed 1 reaches the
-# reader's known HDF5 hang, tests/fuzz/hangs/, between input 7,400 and 9,000.) A target that hangs in
-# native code, where no Python timeout reaches, is killed and fails the step.
+# reader), at most MOENUM_FUZZ_SECONDS (default 120) each; MOENUM_FUZZ_SEED (default 1) keeps the
+# inputs the same from run to run. Findings land in build/fuzz/ and fail the step. A target that hangs
+# in native code, where no Python timeout reaches, is killed and fails the step (moenum's reader
+# refuses files that hang HDF5: moenum/hdf5_probe.py).
 if [ "${MOENUM_FUZZ_SECONDS:-120}" != 0 ]; then
   echo "== fuzz (atheris, a fixed count of inputs per target, seed ${MOENUM_FUZZ_SEED:-1}) =="
   .venv/bin/python -c "import atheris" 2>/dev/null || .venv/bin/python -m pip install -q -r requirements-fuzz.txt

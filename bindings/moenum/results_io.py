@@ -258,7 +258,11 @@ def read_errors(path) -> pd.DataFrame:
 
 
 def _open(path):
+    from .hdf5_probe import PROBE_SECONDS, finishes_reading
     path = Path(path)
+    if path.is_file() and not finishes_reading(path):
+        raise ScenarioError(f"not a readable moenum results file (HDF5 did not finish reading its metadata "
+                            f"within {PROBE_SECONDS:.0f} s: a damaged file)", str(path))
     try:
         f = h5py.File(path, "r")
     except FileNotFoundError:

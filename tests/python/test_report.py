@@ -2,12 +2,15 @@
 failed only by a check never shows rows that say passed, --limit is N >= 1, and a folder gets one
 summary line per point."""
 import shutil
+import time
+from pathlib import Path
 
 import h5py
 import pytest
 import yaml
 
 from conftest import moenum_cli
+from moenum.hdf5_probe import PROBE_SECONDS
 
 POINTS = """\
 name: rep
@@ -44,6 +47,23 @@ def test_foreign_hdf5_file_is_one_clear_line(tmp_path):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert f"{foreign}: not a readable moenum results file" in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_file_that_hangs_hdf5_is_refused_not_waited_on(results, tmp_path):
+    """A damaged global heap behind a string attribute makes HDF5 2.0.0 spin for ever in native code
+    (found by fuzzing the reader); in a folder it is named, skipped and counted within the probe's time."""
+    folder = tmp_path / "mixed"
+    shutil.copytree(results, folder)
+    hang = folder / "zz-damaged-heap.h5"
+    shutil.copy(Path(__file__).parents[1] / "fuzz/regressions/results/vlen-attribute-global-heap.h5", hang)
+    t0 = time.monotonic()
+    proc = moenum_cli("report", folder)
+    assert time.monotonic() - t0 < PROBE_SECONDS + 60
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert f"moenum: skipped: {hang}: not a readable moenum results file (HDF5 did not finish" in proc.stderr
+    assert last_line(proc) == "# report: 2 of 3 results files read (2 passed), 1 unreadable skipped"
 
 
 def test_truncated_file_in_a_folder_is_named_skipped_and_counted(results, tmp_path):
