@@ -96,10 +96,10 @@ def host_bytes(cfg: dict, backends: list[str]) -> int:
         stages = _stage_bytes(cfg, s)
     else:
         stages = 0
-    # the single-vs-discrete-weights check reruns a backend under test: its outputs twice, for a while
+    # the single-vs-discrete-weights check reruns a layout-sensitive backend: its outputs twice, for a while
     rerun = 0
-    if cfg["verify"]["invariance"] and any(traits.layout_sensitive(b) for b in backends):
-        rerun = VALUE_BYTES * (s.token_values // 2 + s.weights)
+    if cfg["verify"]["invariance"]:
+        rerun = max((outputs[b] for b in backends if traits.layout_sensitive(b)), default=0)
     kept = inputs + sum(outputs.values()) + stages + rerun
     # a results file up to results_io.IN_MEMORY_LIMIT is assembled in memory: HDF5's buffer and the bytes
     # written, each about the outputs' size; a larger one is written directly
