@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import EnvironmentFailure, ScenarioError
+from .hdf5_probe import PROBE_SECONDS, finishes_reading
 from .verify import COLUMNS
 
 SCHEMA_VERSION = 1
@@ -258,7 +259,6 @@ def read_errors(path) -> pd.DataFrame:
 
 
 def _open(path):
-    from .hdf5_probe import PROBE_SECONDS, finishes_reading
     path = Path(path)
     if path.is_file() and not finishes_reading(path):
         raise ScenarioError(f"not a readable moenum results file (HDF5 did not finish reading its metadata "
