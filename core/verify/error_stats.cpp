@@ -98,6 +98,31 @@ ErrorStats finish(const Partial& p) {
 
 constexpr int64_t kBlock = 1 << 14;
 
+// The elements [i0, i1) (or those `index` names) of a and b, read at their stored types: a View's
+// per-element switch on its storage stays out of the error table's hot loop.
+template <class TA, class TB>
+void add_block(Partial& p, const TA* a, const TB* b, int64_t i0, int64_t i1, const int64_t* index, Grid g) {
+  for (int64_t i = i0; i < i1; ++i) {
+    const int64_t at = index ? index[i] : i;
+    p.add(static_cast<double>(a[at]), static_cast<double>(b[at]), g);
+  }
+}
+
+template <class Fn>
+void with_storage(const View& v, Fn&& fn) {
+  switch (v.storage) {
+    case Storage::kF32: return fn(static_cast<const float*>(v.data));
+    case Storage::kU8: return fn(static_cast<const uint8_t*>(v.data));
+    default: return fn(static_cast<const double*>(v.data));
+  }
+}
+
+void add_range(Partial& p, const View& a, const View& b, int64_t i0, int64_t i1, const int64_t* index, Grid g) {
+  with_storage(a, [&](const auto* pa) {
+    with_storage(b, [&](const auto* pb) { add_block(p, pa, pb, i0, i1, index, g); });
+  });
+}
+
 }  // namespace
 
 ErrorStats error_stats(const View& a, const View& b, Grid grid, const std::vector<int64_t>* index) {
@@ -106,14 +131,8 @@ ErrorStats error_stats(const View& a, const View& b, Grid grid, const std::vecto
   const int64_t blocks = (n + kBlock - 1) / kBlock;
   std::vector<Partial> parts(size_t(std::max<int64_t>(blocks, 1)));
 #pragma omp parallel for schedule(static) if (blocks > 1)
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    Partial& p = parts[blk];
-    const int64_t end = std::min(n, (blk + 1) * kBlock);
-    for (int64_t i = blk * kBlock; i < end; ++i) {
-      const int64_t at = index ? (*index)[i] : i;
-      p.add(a.at(at), b.at(at), grid);
-    }
-  }
+  for (int64_t blk = 0; blk < blocks; ++blk)
+    add_range(parts[blk], a, b, blk * kBlock, std::min(n, (blk + 1) * kBlock), index ? index->data() : nullptr, grid);
   Partial all;
   for (const Partial& p : parts) all.merge(p);
   return finish(all);
@@ -128,8 +147,7 @@ GroupedStats error_stats_by_leading_dim(const View& a, const View& b, Grid grid)
 #pragma omp parallel for schedule(static)
   for (int64_t blk = 0; blk < E * per_blocks; ++blk) {
     const int64_t e = blk / per_blocks, b0 = e * per + (blk % per_blocks) * kBlock;
-    const int64_t end = std::min(e * per + per, b0 + kBlock);
-    for (int64_t i = b0; i < end; ++i) parts[blk].add(a.at(i), b.at(i), grid);
+    add_range(parts[blk], a, b, b0, std::min(e * per + per, b0 + kBlock), nullptr, grid);
   }
   GroupedStats out;
   Partial all;

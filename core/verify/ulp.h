@@ -11,6 +11,7 @@
 //                             what `--inject Nulp` plants. For v and its neighbour in one binade,
 //                             ulp_distance(grid_step(v, n), v) == |n|.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -47,12 +48,20 @@ inline GridFormat grid_format(Grid g) {
   }
 }
 
+// Read off the bits (frexp and ldexp cost most of the error table's time at production sizes):
+// floor(log2 |ref|) is the biased exponent less 1023 for a normal fp64 value; zero and fp64 subnormals
+// lie below every grid's emin, so they get the subnormal spacing.
 inline double ulp_spacing(double ref, Grid g) {
   const GridFormat f = grid_format(g);
-  int e = 0;
-  std::frexp(std::fabs(ref), &e);  // |ref| = m * 2^e, m in [0.5, 1); 0 (e = 0) is in the subnormal binade
-  const int exponent = ref == 0.0 ? f.emin : std::max(e - 1, f.emin);
-  return std::ldexp(1.0, exponent - (f.precision - 1));
+  uint64_t bits;
+  std::memcpy(&bits, &ref, 8);
+  const int biased = static_cast<int>((bits >> 52) & 0x7ff);
+  const int exponent = biased == 0 ? f.emin : std::max(biased - 1023, f.emin);
+  const int power = exponent - (f.precision - 1);  // >= -1074: fp64's smallest subnormal
+  const uint64_t spacing = power >= -1022 ? static_cast<uint64_t>(power + 1023) << 52 : uint64_t{1} << (power + 1074);
+  double out;
+  std::memcpy(&out, &spacing, 8);
+  return out;
 }
 
 inline double ulp_distance(double v, double ref, Grid g) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -36,6 +37,28 @@ TEST(Ulp, DistanceIsInSpacingsAtTheReference) {
   // a step is one ulp in the binade of the value stepped from
   for (double v : {1.5, 3.0, 0x1.8p-10, -7.25})  // on both grids
     for (Grid g : {Grid::kBf16, Grid::kF32}) EXPECT_EQ(ulp_distance(grid_step(v, 1, g), v, g), 1.0) << v;
+}
+
+// The spacing read off the bits is the definition's 2^(max(floor(log2|ref|), emin) - p + 1), on
+// every grid, from fp64 subnormals to the largest values.
+TEST(Ulp, SpacingIsTheBinadeDefinition) {
+  const auto by_definition = [](double ref, Grid g) {
+    const GridFormat f = grid_format(g);
+    int e = 0;
+    std::frexp(std::fabs(ref), &e);
+    return std::ldexp(1.0, (ref == 0.0 ? f.emin : std::max(e - 1, f.emin)) - (f.precision - 1));
+  };
+  std::mt19937_64 rng(7);
+  std::vector<double> refs = {0.0, -0.0, 1.0, -1.0, 0x1p-1074, 0x1p-1022, 0x1.fffffffffffffp-1023, 0x1p-126,
+                              0x1p-127, 0x1.fffffep+127, std::numeric_limits<double>::max(), 3.0e-300};
+  for (int i = 0; i < 20000; ++i) {
+    uint64_t bits = rng() & ~(uint64_t{0x7ff} << 52) | (uint64_t(rng() % 2047) << 52);  // finite
+    double v;
+    std::memcpy(&v, &bits, 8);
+    refs.push_back(v);
+  }
+  for (double r : refs)
+    for (Grid g : {Grid::kBf16, Grid::kF32, Grid::kF64}) ASSERT_EQ(ulp_spacing(r, g), by_definition(r, g)) << r;
 }
 
 TEST(Bitwise, SignOfZeroCountsAndNaNsAreEqual) {
