@@ -10,6 +10,7 @@
 #                                       and layer)
 #                                       and, on request only, baseline: writes $OUT/baselines/<arch>.json
 #                                       (the nightly suite on this GPU) to copy into baselines/ and commit,
+#                                       profile: py-spy of the production points (bench/profile_parts.py),
 #                                       and multigpu (nvidia-h200-x2): EP 2 under mpirun with transport nccl,
 #                                       gpu.grouped and gpu.multistream, bf16 and mxfp8, every padding source,
 #                                       bitwise against transport local, with timings
@@ -105,7 +106,7 @@ fi
 
 # ---- the Python package: needed by the scenarios, verify, external, robust, nightly and scale stages
 if want scenarios || want verify || want tc || want external || want robust || want nightly || want scale \
-   || want baseline || want gpuref || want layer || want multigpu; then
+   || want baseline || want gpuref || want layer || want multigpu || want profile; then
   # The Python module built by CMake into the same tree (incremental: only the bindings compile),
   # then the package run from a temporary copy of bindings/moenum: no pip install needed offline.
   {
@@ -237,6 +238,30 @@ if want gpuref && [ -d /tmp/moenum-py/moenum ]; then
   rows=$(grep -E '^\| (qwen3|execution|deepseek)' "$OUT/gpuref-scale.md" | cut -d'|' -f2,3,6 | tr '\n' ';')
   [ ${#fails[@]} -eq 0 ] && note gpuref ok "$((SECONDS - t0)) s; $(tail -1 "$OUT/gpuref-pytest.log"); point|wall s|RSS: $rows" \
                          || note gpuref FAILED "${fails[*]}; $(tail -1 "$OUT/gpuref-pytest.log"); $rows"
+fi
+
+# ---- profile (on request): where the production points' time goes (py-spy --native, main thread) ----
+# py-spy comes from .gpudeps (py_spy-*.whl) where the machine lacks it; bench/profile_parts.py sums the
+# samples by part of the runner (backend runs, layout reruns, stage checks, error table, results file).
+if want profile && [ -d /tmp/moenum-py/moenum ]; then
+  t0=$SECONDS
+  SPY=$(command -v py-spy || true)
+  if [ -z "$SPY" ] && compgen -G ".gpudeps/py_spy-*.whl" >/dev/null; then
+    python3 -m pip install -q --upgrade --no-index --no-deps --no-compile --target "$DEPS/pyspy" .gpudeps/py_spy-*.whl \
+      && SPY=$DEPS/pyspy/bin/py-spy
+  fi
+  rows=()
+  for point in ${MOENUM_PROFILE_POINTS:-deepseek-v3-ep8 qwen3-30b-a3b}; do
+    rm -rf /tmp/moenum-profile
+    t1=$SECONDS
+    PYTHONPATH=/tmp/moenum-py timeout 420 ${SPY:+$SPY record --native -r 25 -f raw -o "$OUT/profile-$point.raw" --} \
+      python3 -m moenum run bench/scenarios/$point.yaml -o /tmp/moenum-profile >"$OUT/profile-$point.log" 2>&1
+    wall=$((SECONDS - t1))
+    [ -s "$OUT/profile-$point.raw" ] && python3 bench/profile_parts.py "$OUT/profile-$point.raw" --seconds $wall --top 60 \
+      >"$OUT/profile-$point.md" 2>&1
+    rows+=("$point ${wall} s: $(grep '^# ' "$OUT/profile-$point.log" | tail -1)")
+  done
+  note profile ok "$((SECONDS - t0)) s; ${rows[*]}"
 fi
 
 # ---- multigpu (on request, two GPUs): real EP through NCCL, bitwise the simulated run (pytest) ------
