@@ -5,10 +5,12 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <numeric>
 #include <span>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -26,6 +28,33 @@ inline Storage storage_of(const std::string& dtype) {
   throw InternalError("tensor: unknown dtype '" + dtype + "'");
 }
 
+// A vector whose elements start uninitialised: Tensor zeroes its storage with every core instead
+// (zero_fill), since first touching a production layer's gigabytes of outputs on one thread costs
+// seconds per backend.
+template <class T>
+struct UninitializedAllocator : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = UninitializedAllocator<U>;
+  };
+  UninitializedAllocator() = default;
+  template <class U>
+  UninitializedAllocator(const UninitializedAllocator<U>&) noexcept {}
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+template <class T>
+using TensorBuffer = std::vector<T, UninitializedAllocator<T>>;
+
+// bytes zeroed in parallel above a few MB (core/src/tensor.cpp)
+void zero_fill(void* data, size_t bytes);
+
 struct Tensor {
   std::vector<int64_t> shape;
   std::string dtype = "fp32";  // logical dtype: fp64 | fp32 | bf16 | e4m3 | e5m2 | e8m0
@@ -34,10 +63,11 @@ struct Tensor {
   Tensor(std::vector<int64_t> s, std::string dt) : shape(std::move(s)), dtype(std::move(dt)) {
     const size_t n = size_t(count(shape));
     switch (storage_of(dtype)) {
-      case Storage::kF32: values_ = std::vector<float>(n, 0.0f); break;
-      case Storage::kF64: values_ = std::vector<double>(n, 0.0); break;
-      case Storage::kU8: values_ = std::vector<uint8_t>(n, 0); break;
+      case Storage::kF32: values_ = TensorBuffer<float>(n); break;
+      case Storage::kF64: values_ = TensorBuffer<double>(n); break;
+      case Storage::kU8: values_ = TensorBuffer<uint8_t>(n); break;
     }
+    zero_fill(bytes(), n * itemsize());
   }
 
   static int64_t count(const std::vector<int64_t>& s) {
@@ -60,11 +90,11 @@ struct Tensor {
   // The storage as T (float, double, uint8_t); InternalError when it is not T.
   template <class T>
   std::span<T> values() {
-    return *checked<std::vector<T>>(std::get_if<std::vector<T>>(&values_));
+    return *checked<TensorBuffer<T>>(std::get_if<TensorBuffer<T>>(&values_));
   }
   template <class T>
   std::span<const T> values() const {
-    return *checked<const std::vector<T>>(std::get_if<std::vector<T>>(&values_));
+    return *checked<const TensorBuffer<T>>(std::get_if<TensorBuffer<T>>(&values_));
   }
   std::span<double> f64() { return values<double>(); }
   std::span<const double> f64() const { return values<double>(); }
@@ -100,7 +130,7 @@ struct Tensor {
     return v;
   }
 
-  std::variant<std::vector<float>, std::vector<double>, std::vector<uint8_t>> values_;
+  std::variant<TensorBuffer<float>, TensorBuffer<double>, TensorBuffer<uint8_t>> values_;
 };
 
 }  // namespace moenum
