@@ -36,10 +36,17 @@ GemmRef exact_gemm_ref(const Matrix& A, const Matrix& B, const Vector* bias) {
   MOENUM_CHECK(A.cols() == B.cols(), "exact_gemm_ref: A and B must have the same number of columns (K)");
   MOENUM_CHECK(!bias || bias->size() == B.rows(), "exact_gemm_ref: bias length must equal B's rows");
   GemmRef g;
-  g.c32 = gemm_nt_rn_f32(A, B, bias);
-  g.absprod = abs_product_nt(A, B);
+  // One fp64 product and one |A|.|B|^T product serve the certified fp32 result, the bound and c64.
+  Matrix c, s_abs;
+  if (A.rows() > 0 && B.rows() > 0) {
+    c.noalias() = A * B.transpose();
+    s_abs.noalias() = A.cwiseAbs() * B.cwiseAbs().transpose();
+  } else {
+    c = s_abs = Matrix::Zero(A.rows(), B.rows());
+  }
+  g.c32 = certify_gemm_nt(A, B, bias, c, s_abs);
+  g.absprod = std::move(s_abs);
   g.finite_absprod = Matrix(A.rows(), B.rows());
-  const Matrix c = A * B.transpose();
   g.c64 = Matrix::Constant(A.rows(), B.rows(), std::numeric_limits<double>::quiet_NaN());
   std::vector<int> qa(A.rows()), qb(B.rows());
   for (Eigen::Index i = 0; i < A.rows(); ++i) qa[i] = grid_exponent(A.row(i).data(), A.cols());
