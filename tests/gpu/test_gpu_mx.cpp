@@ -1,6 +1,9 @@
 // Acceptance 1: MXFP8 codes and scales from the GPU quantizer are bitwise identical to the shared
 // CPU rules (mx.h) on random data over a wide exponent range, on special-value blocks and on odd
 // shapes (rows not a multiple of 128, columns not a multiple of 128); plus the 128x4 scale swizzle.
+// The pipelined kernel's tiles are 32 x 256: 96x160, 64x800 and 16384x1056 end in partial column
+// tiles, 200x64 and 4100x288 in a partial row tile (rowwise only), and 16384x1056 (2560 tiles) gives
+// every block of its persistent grid (at most 3 per SM) several trips around the 3-stage ring.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -35,6 +38,15 @@ struct Shape {
   int64_t rows, cols;
 };
 
+const char* kernel_suffix(gpu::MxQuantizeKernel k) {
+  switch (k) {
+    case gpu::MxQuantizeKernel::Tiled: return "_tiled";
+    case gpu::MxQuantizeKernel::Vectorized: return "_vectorized";
+    case gpu::MxQuantizeKernel::Pipelined: return "_pipelined";
+  }
+  return "_unknown";
+}
+
 class GpuMx : public ::testing::TestWithParam<std::tuple<Shape, int, int, int, gpu::MxQuantizeKernel>> {};
 
 TEST_P(GpuMx, CodesAndScalesBitwise) {
@@ -68,17 +80,19 @@ TEST_P(GpuMx, CodesAndScalesBitwise) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, GpuMx,
                          ::testing::Combine(::testing::Values(Shape{32, 32}, Shape{96, 160}, Shape{200, 64},
-                                                              Shape{256, 1024}, Shape{1000, 96}, Shape{64, 800}),
+                                                              Shape{256, 1024}, Shape{1000, 96}, Shape{64, 800},
+                                                              Shape{4100, 288}, Shape{16384, 1056}),
                                             ::testing::Values(0, 1), ::testing::Values(0, 1), ::testing::Values(0, 1),
                                             ::testing::Values(gpu::MxQuantizeKernel::Tiled,
-                                                              gpu::MxQuantizeKernel::Vectorized)),
+                                                              gpu::MxQuantizeKernel::Vectorized,
+                                                              gpu::MxQuantizeKernel::Pipelined)),
                          [](const auto& info) {
                            const Shape s = std::get<0>(info.param);
                            return std::to_string(s.rows) + "x" + std::to_string(s.cols) +
                                   (std::get<1>(info.param) ? "_e5m2" : "_e4m3") +
                                   (std::get<2>(info.param) ? "_floor" : "_rceil") +
                                   (std::get<3>(info.param) ? "_te_kernel" : "_spec") +
-                                  (std::get<4>(info.param) == gpu::MxQuantizeKernel::Tiled ? "_tiled" : "_vectorized");
+                                  kernel_suffix(std::get<4>(info.param));
                          });
 
 // The 128x4 layout restated: tile (i/128, j/4) of 512 bytes, inside it row i%32 picks a 16-byte
