@@ -31,6 +31,10 @@ std::vector<uint16_t> test_data(int64_t rows, int64_t cols, uint32_t seed) {
     for (int64_t j = 0; j < 32 && j < cols; ++j)
       v[i * cols + j] = (j % 3 == 0 || i == 0 || i == 1 || i == 5) ? specials[i] : v[i * cols + j];
   for (int64_t j = 0; j < cols; ++j) v[(rows > 40 ? 40 : 0) * cols + j] = 0;  // an all-zero row
+  // All-NaN blocks of both signs (amax of nothing: code 0x00, NaN codes): rowwise block 0 of row 6,
+  // columnwise the last column's second row block.
+  for (int64_t j = 0; j < 32 && rows > 6; ++j) v[6 * cols + j] = j % 2 ? 0xFFC1 : 0x7FC0;
+  for (int64_t i = 32; i < 64 && i < rows; ++i) v[i * cols + cols - 1] = i % 2 ? 0x7FC0 : 0xFF81;
   return v;
 }
 
