@@ -5,7 +5,7 @@
 //       shape,dist,engine,experts,hidden,ffn,topk,tokens,rows,fwd_ms,ms,tflops
 //     and, per shape and routing, PLAN_DIR/<shape>_<dist>.plan for bench/gpu_layer_peer_torch.py
 //     (the torch.grouped_mm adapter runs the identical routing: same counts, same rows).
-//   moenum_gpu_layer_bench quantize         CSV on stdout: rows,cols,what,ms,gbps,vs_copy (both
+//   moenum_gpu_layer_bench quantize         CSV on stdout: rows,cols,what,ms,gbps,vs_copy (the three
 //     quantize kernels, which must give the same bytes)
 //
 // The layer is what gpu.grouped runs (core/gpu/grouped_mlp.h): dispatch gather, FC1, bias,
@@ -252,7 +252,8 @@ int bench_quantize() {
     std::printf("%ld,%ld,cudaMemcpy D2D,%.4f,%.0f,1.00\n", long(rows), long(cols), copy_ms, copy_gbps);
     std::vector<std::vector<uint8_t>> bytes;  // each kernel's codes and scales, to compare
     for (auto [kernel, name] : {std::pair{gpu::MxQuantizeKernel::Tiled, "mx_quantize tiled"},
-                                std::pair{gpu::MxQuantizeKernel::Vectorized, "mx_quantize vectorized"}}) {
+                                std::pair{gpu::MxQuantizeKernel::Vectorized, "mx_quantize vectorized"},
+                                std::pair{gpu::MxQuantizeKernel::Pipelined, "mx_quantize pipelined (default)"}}) {
       const double quant_ms = time([&] {
         gpu::launch_mx_quantize_bf16(x.get(), rows, cols, Fp8Format::E4M3, ScaleRounding::Rceil, kDefaultInvScale,
                                      q_row.get(), s_row.get(), q_col.get(), s_col.get(), s, kernel);
@@ -267,11 +268,12 @@ int bench_quantize() {
       }
       bytes.push_back(std::move(all));
     }
-    if (bytes[0] != bytes[1]) {
-      std::fprintf(stderr, "%ld x %ld: the vectorized quantizer's bytes differ from the tiled one's\n", long(rows),
-                   long(cols));
-      return 1;
-    }
+    for (size_t k = 1; k < bytes.size(); ++k)
+      if (bytes[k] != bytes[0]) {
+        std::fprintf(stderr, "%ld x %ld: quantizer %zu's bytes differ from the tiled one's\n", long(rows), long(cols),
+                     k);
+        return 1;
+      }
     std::fflush(stdout);
   }
   BENCH_CUDA(cudaDeviceSynchronize());

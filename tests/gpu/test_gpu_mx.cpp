@@ -1,6 +1,9 @@
 // Acceptance 1: MXFP8 codes and scales from the GPU quantizer are bitwise identical to the shared
 // CPU rules (mx.h) on random data over a wide exponent range, on special-value blocks and on odd
 // shapes (rows not a multiple of 128, columns not a multiple of 128); plus the 128x4 scale swizzle.
+// The pipelined kernel's tiles are 32 x 256: 96x160, 64x800 and 16384x1056 end in partial column
+// tiles, 200x64 and 4100x288 in a partial row tile (rowwise only), and 16384x1056 (2560 tiles) gives
+// every block of its persistent grid (at most 3 per SM) several trips around the 3-stage ring.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -28,12 +31,25 @@ std::vector<uint16_t> test_data(int64_t rows, int64_t cols, uint32_t seed) {
     for (int64_t j = 0; j < 32 && j < cols; ++j)
       v[i * cols + j] = (j % 3 == 0 || i == 0 || i == 1 || i == 5) ? specials[i] : v[i * cols + j];
   for (int64_t j = 0; j < cols; ++j) v[(rows > 40 ? 40 : 0) * cols + j] = 0;  // an all-zero row
+  // All-NaN blocks of both signs (amax of nothing: code 0x00, NaN codes): rowwise block 0 of row 6,
+  // columnwise the last column's second row block.
+  for (int64_t j = 0; j < 32 && rows > 6; ++j) v[6 * cols + j] = j % 2 ? 0xFFC1 : 0x7FC0;
+  for (int64_t i = 32; i < 64 && i < rows; ++i) v[i * cols + cols - 1] = i % 2 ? 0x7FC0 : 0xFF81;
   return v;
 }
 
 struct Shape {
   int64_t rows, cols;
 };
+
+const char* kernel_suffix(gpu::MxQuantizeKernel k) {
+  switch (k) {
+    case gpu::MxQuantizeKernel::Tiled: return "_tiled";
+    case gpu::MxQuantizeKernel::Vectorized: return "_vectorized";
+    case gpu::MxQuantizeKernel::Pipelined: return "_pipelined";
+  }
+  return "_unknown";
+}
 
 class GpuMx : public ::testing::TestWithParam<std::tuple<Shape, int, int, int, gpu::MxQuantizeKernel>> {};
 
@@ -68,17 +84,19 @@ TEST_P(GpuMx, CodesAndScalesBitwise) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, GpuMx,
                          ::testing::Combine(::testing::Values(Shape{32, 32}, Shape{96, 160}, Shape{200, 64},
-                                                              Shape{256, 1024}, Shape{1000, 96}, Shape{64, 800}),
+                                                              Shape{256, 1024}, Shape{1000, 96}, Shape{64, 800},
+                                                              Shape{4100, 288}, Shape{16384, 1056}),
                                             ::testing::Values(0, 1), ::testing::Values(0, 1), ::testing::Values(0, 1),
                                             ::testing::Values(gpu::MxQuantizeKernel::Tiled,
-                                                              gpu::MxQuantizeKernel::Vectorized)),
+                                                              gpu::MxQuantizeKernel::Vectorized,
+                                                              gpu::MxQuantizeKernel::Pipelined)),
                          [](const auto& info) {
                            const Shape s = std::get<0>(info.param);
                            return std::to_string(s.rows) + "x" + std::to_string(s.cols) +
                                   (std::get<1>(info.param) ? "_e5m2" : "_e4m3") +
                                   (std::get<2>(info.param) ? "_floor" : "_rceil") +
                                   (std::get<3>(info.param) ? "_te_kernel" : "_spec") +
-                                  (std::get<4>(info.param) == gpu::MxQuantizeKernel::Tiled ? "_tiled" : "_vectorized");
+                                  kernel_suffix(std::get<4>(info.param));
                          });
 
 // The 128x4 layout restated: tile (i/128, j/4) of 512 bytes, inside it row i%32 picks a 16-byte

@@ -4,6 +4,7 @@
 
 #include "cuda_check.h"
 #include "kernels/fp8x2_encode.cuh"
+#include "kernels/mx_quantize_pipelined.h"
 
 namespace moenum::gpu {
 namespace {
@@ -172,6 +173,10 @@ void launch_mx_quantize_bf16(const uint16_t* x, int64_t rows, int64_t cols, Fp8F
   MOENUM_CHECK(cols % kMxBlock == 0, "mx_quantize: cols must be a multiple of 32");
   MOENUM_CHECK(!q_col || rows % kMxBlock == 0, "mx_quantize: columnwise needs rows % 32 == 0");
   if (rows == 0 || cols == 0) return;
+  if (kernel == MxQuantizeKernel::Pipelined && mx_quantize_pipelined_supports(x, q_row, q_col)) {
+    launch_mx_quantize_pipelined(x, rows, cols, fmt, rounding, inv_scale, q_row, s_row, q_col, s_col, s);
+    return;
+  }
   if (kernel == MxQuantizeKernel::Vectorized && aligned16(x) && aligned16(q_row) && aligned16(q_col)) {
     dim3 grid(static_cast<unsigned>((cols + kVecCols - 1) / kVecCols), static_cast<unsigned>((rows + kVecRows - 1) / kVecRows));
     auto* k = fmt == Fp8Format::E4M3 ? mx_quantize_vec_kernel<Fp8Format::E4M3> : mx_quantize_vec_kernel<Fp8Format::E5M2>;

@@ -9,13 +9,16 @@
 
 namespace moenum::gpu {
 
-// Two implementations of the same bytes. Vectorized (the default): 16-byte loads and stores, FP8
-// conversion in hardware on sm_89+ (cvt.rn.satfinite), one 32 x 256 tile per block; it needs 16-byte
-// aligned x and codes (cols % 8 == 0 and cudaMalloc'd buffers) and falls back to Tiled otherwise.
-// Tiled: a 32 x 128 fp32 tile in shared memory, one thread per block of 32 and the software FP8
-// encoder. bench/RESULTS.md has their bandwidth; tests/gpu/test_gpu_mx.cpp holds both to the CPU
-// rules, bit for bit.
-enum class MxQuantizeKernel { Tiled, Vectorized };
+// Three implementations of the same bytes. Pipelined (the default, mx_quantize_pipelined.cu): a
+// persistent grid streaming 32 x 256 tiles through a cp.async shared-memory ring, both directions'
+// codes written as whole 256-byte row segments; it needs 16-byte aligned x and q_col and 8-byte
+// aligned q_row (cudaMalloc'd buffers) and falls back to Tiled otherwise. Vectorized: 16-byte loads
+// and stores, one 32 x 256 tile per block, no prefetch; same alignment needs and fallback.
+// Both convert to FP8 in hardware on sm_89+ (cvt.rn.satfinite) with the sign and NaN fixes of the
+// software rule. Tiled: a 32 x 128 fp32 tile in shared memory, one thread per block of 32 and the
+// software FP8 encoder. bench/RESULTS.md has their bandwidth; tests/gpu/test_gpu_mx.cpp holds all
+// three to the CPU rules, bit for bit.
+enum class MxQuantizeKernel { Tiled, Vectorized, Pipelined };
 
 // One pass over a bf16 [rows, cols] tensor (row-major) producing both quantizations:
 //   rowwise:    q_row [rows, cols], s_row [rows, cols/32]    (blocks of 32 along a row)
@@ -25,7 +28,7 @@ enum class MxQuantizeKernel { Tiled, Vectorized };
 // only when rows % 32 == 0 (pass nullptr for them otherwise). Either pair may be nullptr.
 void launch_mx_quantize_bf16(const uint16_t* x, int64_t rows, int64_t cols, Fp8Format fmt, ScaleRounding rounding,
                              InvScaleRule inv_scale, uint8_t* q_row, uint8_t* s_row, uint8_t* q_col, uint8_t* s_col,
-                             cudaStream_t s, MxQuantizeKernel kernel = MxQuantizeKernel::Vectorized);
+                             cudaStream_t s, MxQuantizeKernel kernel = MxQuantizeKernel::Pipelined);
 
 // Dequantize MXFP8 codes to bf16 for the Hopper path of the mxfp8 recipe (no native MXFP8 GEMM on
 // sm_90: each GEMM runs bf16 on the dequantized operand values). out[i, j] = bf16(fp8(q[i, j]) *
