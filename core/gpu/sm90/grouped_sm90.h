@@ -59,7 +59,7 @@ enum class Tile {
   T128x128,           // 128x128x64 cooperative, no cluster: every kind
   T128x256,           // 128x256x64 cooperative, 1x2 cluster (A multicast)
   T128x256M2,         // 128x256x64 cooperative, 2x1 cluster (B multicast): torch._grouped_mm's sm90 kernel
-  T128x192,           // 128x192x64 cooperative, 1x2 cluster: N a multiple of 384 but not of 512
+  T128x192,           // 128x192x64 cooperative, 1x2 cluster: for N that 128x256 pads more
   T128x128Pingpong,   // 128x128x64 pingpong, 1x2 cluster: short K loops
 };
 const char* tile_name(Tile t);
