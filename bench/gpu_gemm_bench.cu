@@ -4,11 +4,16 @@
 // Counts: uniform, or zipf s=1.2 over the experts, both rounded to multiples of 16 (the same rule as
 // bench/gpu_peer_torch.py, so the peer runs the identical problem). Median of 20 after 3 warm-ups,
 // the engines interleaved round by round.
+// MOENUM_GEMM_BENCH_ENGINES=name,name,... times only those engines (the bitwise check still runs
+// every CUTLASS variant against gpu.grouped.base), e.g. to time one variant alone, in the same
+// duty cycle as the torch peer's default.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -38,6 +43,16 @@ std::vector<int64_t> make_counts(int G, int64_t M, bool zipf) {
   for (int e = 0; e < G; ++e) used += (c[e] = static_cast<int64_t>(std::floor(M * w[e] / sum / 16)) * 16);
   c[0] += M - used;  // remainder (a multiple of 16 when M is) to the first expert
   return c;
+}
+
+// Engines named in MOENUM_GEMM_BENCH_ENGINES (comma-separated), or every engine when it is unset.
+bool timed_engine(const std::string& name) {
+  const char* list = std::getenv("MOENUM_GEMM_BENCH_ENGINES");
+  if (list == nullptr || *list == '\0') return true;
+  std::stringstream ss(list);
+  for (std::string item; std::getline(ss, item, ',');)
+    if (item == name) return true;
+  return false;
 }
 
 __global__ void fill_bf16(uint16_t* p, size_t n, uint32_t seed) {
@@ -85,15 +100,20 @@ int main() {
       std::vector<std::pair<std::string, std::unique_ptr<GemmEngine>>> engines;
 #ifdef MOENUM_HAVE_CUTLASS
       // .base = the single 128x128x64 configuration without sub-groups (the engine before the static
-      // tile/sub-group choice); gpu.grouped = the backend's choice; .split and .wide force one each;
-      // .wide_m2 = 128x256 with a 2x1 cluster (B multicast), as torch._grouped_mm's large-shape kernel.
-      engines.emplace_back("gpu.grouped.base", make_cutlass_sm90_engine({1, 1}));
+      // tile/sub-group choice); gpu.grouped = the backend's choice; the others force one tile
+      // configuration each (grouped_sm90.h, Tile) with the automatic sub-groups; .wide_m2_whole is
+      // torch._grouped_mm's sm90 configuration exactly (128x256, 2x1 cluster, no sub-groups).
+      using moenum::gpu::sm90::Tile;
+      engines.emplace_back("gpu.grouped.base", make_cutlass_sm90_engine({Tile::T128x128, 1}));
       engines.emplace_back("gpu.grouped", make_cutlass_sm90_engine());
-      engines.emplace_back("gpu.grouped.split", make_cutlass_sm90_engine({1, -1}));
-      engines.emplace_back("gpu.grouped.wide", make_cutlass_sm90_engine({2, -1}));
-      engines.emplace_back("gpu.grouped.wide_m2", make_cutlass_sm90_engine({3, -1}));
+      engines.emplace_back("gpu.grouped.split", make_cutlass_sm90_engine({Tile::T128x128, -1}));
+      engines.emplace_back("gpu.grouped.wide", make_cutlass_sm90_engine({Tile::T128x256, -1}));
+      engines.emplace_back("gpu.grouped.wide_m2", make_cutlass_sm90_engine({Tile::T128x256M2, -1}));
+      engines.emplace_back("gpu.grouped.wide_m2_whole", make_cutlass_sm90_engine({Tile::T128x256M2, 1}));
+      engines.emplace_back("gpu.grouped.n192", make_cutlass_sm90_engine({Tile::T128x192, -1}));
+      engines.emplace_back("gpu.grouped.pingpong", make_cutlass_sm90_engine({Tile::T128x128Pingpong, -1}));
       std::fprintf(stderr, "%s %s: auto tile %s, sub-groups per group %d\n", sh.name, zipf ? "zipf1.2" : "uniform",
-                   moenum::gpu::sm90::fprop_wide_tile(g) ? "128x256 1x2" : "128x128", moenum::gpu::sm90::default_chunks(g));
+                   moenum::gpu::sm90::tile_name(moenum::gpu::sm90::fprop_tile(g)), moenum::gpu::sm90::default_chunks(g));
 #endif
       engines.emplace_back("gpu.multistream", std::make_unique<CublasLtEngine>());
       // Correctness first: every CUTLASS variant must give the .base output bitwise (same per-element
@@ -121,6 +141,7 @@ int main() {
       std::vector<std::vector<float>> ms(engines.size());
       for (int it = 0; it < 23; ++it) {
         for (size_t i = 0; i < engines.size(); ++i) {
+          if (!timed_engine(engines[i].first)) continue;
           auto& eng = engines[i].second;
           cudaEventRecord(t0, s);
           eng->begin(counts.get(), sh.groups, s);  // multistream: its D2H copy + sync is part of the cost
@@ -135,6 +156,7 @@ int main() {
       cudaEventDestroy(t0);
       cudaEventDestroy(t1);
       for (size_t i = 0; i < engines.size(); ++i) {
+        if (ms[i].empty()) continue;
         std::sort(ms[i].begin(), ms[i].end());
         const double med = ms[i][ms[i].size() / 2];
         const double tflops = 2.0 * sh.M * sh.N * sh.K / (med * 1e-3) / 1e12;

@@ -10,10 +10,7 @@ namespace {
 class CutlassSm90Engine final : public GemmEngine {
  public:
   explicit CutlassSm90Engine(const CutlassSm90Options& o) {
-    opts_.tile = o.tile == 1   ? sm90::Tile::T128x128
-                 : o.tile == 2 ? sm90::Tile::T128x256
-                 : o.tile == 3 ? sm90::Tile::T128x256M2
-                               : sm90::Tile::Auto;
+    opts_.tile = o.tile;
     opts_.chunks = o.chunks;
   }
   std::string path() const override { return "cutlass_sm90_grouped_device_sizes"; }

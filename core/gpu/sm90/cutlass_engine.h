@@ -4,14 +4,14 @@
 #include <memory>
 
 #include "gemm/grouped_gemm.h"
+#include "sm90/grouped_sm90.h"
 
 namespace moenum::gpu {
 
 // Overrides of the static per-GEMM choices (grouped_sm90.h); the defaults are what the backend uses.
 struct CutlassSm90Options {
-  int tile = 0;     // 0 auto, 1 = 128x128x64, 2 = 128x256x64 with a 1x2 cluster, 3 = with a 2x1 cluster
-                    // (2 and 3: Fprop only)
-  int chunks = -1;  // max sub-groups per group for Fprop/Dgrad (1 = no split), -1 auto
+  sm90::Tile tile = sm90::Tile::Auto;  // forced tile configurations apply to Fprop only
+  int chunks = -1;                     // max sub-groups per group for Fprop/Dgrad (1 = no split), -1 auto
 };
 
 std::unique_ptr<GemmEngine> make_cutlass_sm90_engine(const CutlassSm90Options& o = {});

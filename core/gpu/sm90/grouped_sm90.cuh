@@ -1,7 +1,7 @@
-// The CUTLASS 3.x sm_90a grouped GEMM (TMA + wgmma, warp-specialized cooperative, ptr-array), bf16
-// operands, fp32 accumulate, void C (beta = 0, no source read), D row-major bf16 or fp32.
-// Only included by the three grouped_*.cu files: one kernel per layout (128x128x64), plus two
-// 128x256x64 kernels for Fprop, with a 1x2 cluster (A multicast) and with a 2x1 cluster (B multicast).
+// The CUTLASS 3.x sm_90a grouped GEMM (TMA + wgmma, warp-specialized, ptr-array), bf16 operands,
+// fp32 accumulate, void C (beta = 0, no source read), D row-major bf16 or fp32.
+// Only included by the three grouped_*.cu files: one kernel per layout (128x128x64 cooperative), and
+// for Fprop the wider and pingpong configurations listed in grouped_sm90.h (Tile).
 #pragma once
 #include <cute/tensor.hpp>
 #include <cutlass/cutlass.h>
@@ -33,7 +33,20 @@ namespace moenum::gpu::sm90 {
 using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
 using Shape3 = ProblemShape::UnderlyingProblemShape;
 
-template <class LayoutA, class LayoutB, class ElementD_, int TileN = 128, int ClusterN = 1, int ClusterM = 1>
+// The two warp-specialized schedules. Cooperative: both consumer warp groups share one output tile
+// (each takes half of its rows). Pingpong: each consumer warp group owns a whole tile, and the two
+// alternate, so one group's epilogue overlaps the other's mainloop (short K loops gain most).
+struct Cooperative {
+  using Kernel = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
+  using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+};
+struct Pingpong {
+  using Kernel = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
+  using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
+};
+
+template <class LayoutA, class LayoutB, class ElementD_, int TileN = 128, int ClusterN = 1, int ClusterM = 1,
+          class Schedule = Cooperative>
 struct GroupedKernel {
   using ElementA = cutlass::bfloat16_t;
   using ElementB = cutlass::bfloat16_t;
@@ -43,13 +56,13 @@ struct GroupedKernel {
   static constexpr int kAlignD = 128 / cutlass::sizeof_bits<ElementD>::value;
   static constexpr int kTileM = 128;
   // 128x128x64 cooperative, no cluster: the default for every layout, a middle ground between the
-  // large DeepSeek/Mixtral groups and the many small Qwen groups. 128x256x64 with a 1x2 cluster (the
-  // two CTAs share the A tile through TMA multicast; a cluster along N never rounds a group's M
-  // tiles up) is instantiated for Fprop only, for wide N (fprop_wide_tile in grouped_fprop.cu).
+  // large DeepSeek/Mixtral groups and the many small Qwen groups. The Fprop variants (a cluster along
+  // N shares the A tile through TMA multicast and never rounds a group's M tiles up; along M it
+  // shares B) are chosen in grouped_fprop.cu (fprop_tile).
   using TileShape = cute::Shape<cute::_128, cute::Int<TileN>, cute::_64>;
   using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
-  using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
-  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+  using KernelSchedule = typename Schedule::Kernel;
+  using EpilogueSchedule = typename Schedule::Epilogue;
 
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,

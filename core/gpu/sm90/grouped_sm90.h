@@ -5,10 +5,9 @@
 //
 // Both choices below are made once per plan from host-known static information only (groups, N, K,
 // the GEMM kind), never from the device-side counts:
-//   tile  : 128x128x64 cooperative (every kind), or 128x256x64 cooperative with a 1x2 cluster
-//           (Fprop only, N >= 1024 and a multiple of 64: fprop_wide_tile). A third, 128x256x64 with
-//           a 2x1 cluster (the two CTAs share the B tile: torch._grouped_mm's choice for large
-//           shapes), is there on request only (Tile::T128x256M2) until the bench shows where it wins.
+//   tile  : 128x128x64 cooperative (every kind), or for Fprop one of the wider or pingpong
+//           configurations of Tile (chosen by fprop_tile from N and K; the others on request, for
+//           the bench).
 //   chunks: Fprop/Dgrad split each group's rows, on the device, into up to `chunks` sub-groups of at
 //           least `chunk_rows` rows (multiples of the tile's M). CUTLASS's grouped tile scheduler
 //           walks a group's tiles along M (no swizzle without host problem sizes), so one wave of a
@@ -19,18 +18,20 @@
 //
 // Numerics: the model recipe.accumulate: hopper_mma implements (reference/hopper_mma.h on the
 // tensor-core model moenum/tc.h), the same for every configuration gpu.grouped can pick:
-//   128x128x64 cooperative (Fprop, Dgrad, Wgrad), 128x256x64 cooperative 1x2 cluster (Fprop) and,
-//   on request, 128x256x64 cooperative 2x1 cluster (Fprop, Tile::T128x256M2):
+//   every Tile below (128x128x64 cooperative for Fprop, Dgrad and Wgrad; the others Fprop only):
 //     an output element lives in one CTA's register accumulator for the whole K loop; the mainloop
 //     walks the k-tiles of 64 in ascending order and issues four wgmma m64nNk16 bf16 instructions
 //     per k-tile in ascending k, the first with ScaleOut::Zero (accumulator +0). So each output is
 //     one chain of 16-product fused steps over k = 0, 16, 32, ... from +0, whatever the tile's M or N
-//     (they only decide which CTA holds the element) and whatever the cluster (TMA multicast of A
-//     or B changes no value). A K that is not a multiple of 64 is zero-filled by TMA: zero products,
-//     which leave the chain's bits unchanged (moenum/tc.h).
+//     (they only decide which CTA holds the element), whatever the cluster (TMA multicast of A or B
+//     changes no value) and whatever the schedule (pingpong gives a whole tile to one consumer warp
+//     group instead of half of it to each of two; both run the same CUTLASS mainloop, the same k
+//     loop and instructions). A K that is not a multiple of 64 is zero-filled by TMA: zero
+//     products, which leave the chain's bits unchanged (moenum/tc.h).
 //   chunks (Fprop/Dgrad): sub-groups split M only, never K.
 //   Wgrad: K is the group's rows in plan order, one group per expert (chunks = 1), never split.
-//   No split-K, no stream-K: the cooperative schedule partitions output tiles, not K.
+//   No split-K, no stream-K: both schedules, with the grouped data-parallel tile scheduler,
+//     partition output tiles, not K.
 //   Epilogue LinearCombination, alpha = 1 (exact), beta = 0 with void C: D = bf16_rn(acc) (Fprop,
 //     Dgrad) or D = acc (Wgrad, fp32).
 // A new tile configuration, a split-K or stream-K schedule, or a different instruction must come
@@ -51,10 +52,20 @@ class GroupedGemmPlan {
   virtual void launch(const GroupedGemmDesc& g, cudaStream_t s) = 0;
 };
 
-enum class Tile { Auto, T128x128, T128x256, T128x256M2 };
+// The tile configurations (tile M x N x K, cluster M x N, schedule). All are data-parallel: each
+// output tile is computed whole by one CTA, never split along K.
+enum class Tile {
+  Auto,
+  T128x128,           // 128x128x64 cooperative, no cluster: every kind
+  T128x256,           // 128x256x64 cooperative, 1x2 cluster (A multicast)
+  T128x256M2,         // 128x256x64 cooperative, 2x1 cluster (B multicast): torch._grouped_mm's sm90 kernel
+  T128x192,           // 128x192x64 cooperative, 1x2 cluster: for N that 128x256 pads more
+  T128x128Pingpong,   // 128x128x64 pingpong, 1x2 cluster: short K loops
+};
+const char* tile_name(Tile t);
 
 struct PlanOptions {
-  Tile tile = Tile::Auto;  // T128x256 and T128x256M2 are honoured for Fprop only
+  Tile tile = Tile::Auto;  // honoured for Fprop only (Dgrad and Wgrad: always T128x128)
   int chunks = -1;         // max sub-groups per group (1 = no split); -1 = choose from the groups
   int chunk_rows = 2048;   // minimum rows of a sub-group
 };
@@ -64,7 +75,7 @@ std::unique_ptr<GroupedGemmPlan> make_dgrad_plan(const GroupedGemmDesc& g, const
 std::unique_ptr<GroupedGemmPlan> make_wgrad_plan(const GroupedGemmDesc& g, const PlanOptions& o);  // A col, B row, D fp32
 
 // The static choices (see above); exposed so the bench can report them.
-bool fprop_wide_tile(const GroupedGemmDesc& g);
+Tile fprop_tile(const GroupedGemmDesc& g);
 int default_chunks(const GroupedGemmDesc& g);
 
 }  // namespace moenum::gpu::sm90
