@@ -42,28 +42,55 @@ constexpr int kSmemBytes = kStages * kStageBytes + kRows * kCodePitch;
 static_assert(kInPitch % 128 == 32 && kCodePitch % 128 == 32, "pitches keep the columnwise access conflict-free");
 static_assert(kRows * kCols * 2 / 16 == 4 * kThreads, "each thread copies four 16-byte chunks per tile");
 
+// cp.async and max.bf16x2 need sm_80: builds for older targets (CI's default architecture) compile
+// these to a trap, and the launcher never picks this kernel on such a device.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define MOENUM_PIPELINED_UNSUPPORTED 1
+#endif
+
 __device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src, bool fill) {
   const auto dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
   // A source size of 0 writes 16 zero bytes and reads nothing.
+#ifdef MOENUM_PIPELINED_UNSUPPORTED
+  (void)dst, (void)gmem_src, (void)fill;
+  __trap();
+#else
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem_src), "r"(fill ? 16 : 0)
                : "memory");
+#endif
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_commit() {
+#ifndef MOENUM_PIPELINED_UNSUPPORTED
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
 template <int Pending>
 __device__ __forceinline__ void cp_async_wait() {
+#ifndef MOENUM_PIPELINED_UNSUPPORTED
   asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
+#endif
 }
 
 // Running amax of two bf16 lanes at once: sign cleared, then max.bf16x2, which returns the other
 // operand when one is NaN (and canonical NaN only when both are).
 __device__ __forceinline__ uint32_t bf16x2_absmax(uint32_t acc, uint32_t w) {
   uint32_t out;
+#ifdef MOENUM_PIPELINED_UNSUPPORTED
+  out = acc | w;
+  __trap();
+#else
   asm("max.bf16x2 %0, %1, %2;\n" : "=r"(out) : "r"(acc), "r"(w & 0x7FFF7FFFu));
+#endif
   return out;
 }
 __device__ __forceinline__ uint32_t bf16x2_max(uint32_t a, uint32_t b) {
   uint32_t out;
+#ifdef MOENUM_PIPELINED_UNSUPPORTED
+  out = a | b;
+  __trap();
+#else
   asm("max.bf16x2 %0, %1, %2;\n" : "=r"(out) : "r"(a), "r"(b));
+#endif
   return out;
 }
 // A bf16 magnitude as the fp32 amax of mx.h: a NaN left over (every element NaN) counts as 0.
@@ -297,7 +324,10 @@ bool aligned(const void* p, uintptr_t n) { return reinterpret_cast<uintptr_t>(p)
 }  // namespace
 
 bool mx_quantize_pipelined_supports(const uint16_t* x, const uint8_t* q_row, const uint8_t* q_col) {
-  return aligned(x, 16) && aligned(q_row, 8) && aligned(q_col, 16);
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+    return false;
+  return major >= 8 && aligned(x, 16) && aligned(q_row, 8) && aligned(q_col, 16);
 }
 
 void launch_mx_quantize_pipelined(const uint16_t* x, int64_t rows, int64_t cols, Fp8Format fmt,
