@@ -157,25 +157,131 @@ std::string mx_stage_name(int gemm, Operand op) {
   return std::string(layer::kGemms[gemm].name) + "." + layer::operand_suffix(op);
 }
 
-// The operand a GEMM multiplied, natural layout: for mxfp8 the codes and scales the backend saved
-// (its own input to the GEMM), dequantized, or the quantization of its bf16 tensor when it saved none.
-Matrix gemm_operand(const LayerContext& c, const TensorMap& t, int gemm, Operand op, const Part& p) {
-  const layer::OperandDesc& od = op == Operand::kA ? layer::kGemms[gemm].a : layer::kGemms[gemm].b;
-  if (!c.recipe.mx) return natural(c, t, od.source, p);
-  const Fp8Format f = operand_format(c, od);
-  const std::string name = mx_stage_name(gemm, op);
-  auto codes = t.find(name + ".codes"), scales = t.find(name + ".scales");
-  const MxSpan sp = mx_span(c, od.source, p);
-  if (codes != t.end() && scales != t.end()) {
-    MxCodes q;
-    q.codes.resize(size_t(sp.ncodes));
-    q.scales.resize(size_t(sp.nscales));
-    for (int64_t i = 0; i < sp.ncodes; ++i) q.codes[i] = codes->second.code(sp.code0 + i);
-    for (int64_t i = 0; i < sp.nscales; ++i) q.scales[i] = scales->second.code(sp.scale0 + i);
-    return dequantize(q, sp.rows, sp.cols, od.direction, f);
+// The operand a GEMM multiplied, natural layout, read one row at a time: for mxfp8 the codes and
+// scales the backend saved (its own input to the GEMM) dequantized, else its bf16/fp32 values. A
+// sampled stage reads only the rows it checks, and a transposed operand is built from rows without
+// materialising the natural one first: at production sizes building whole operands dominated the
+// stage checks.
+class OperandRows {
+ public:
+  OperandRows(const LayerContext& c, const TensorMap& t, int gemm, Operand op, const Part& p) : c_(c), part_(p) {
+    const layer::OperandDesc& od = op == Operand::kA ? layer::kGemms[gemm].a : layer::kGemms[gemm].b;
+    source_ = od.source;
+    if (source_ == Source::kA || source_ == Source::kDh) {
+      auto it = t.find(source_ == Source::kA ? "a" : "dh");
+      saved_ = it != t.end() ? &it->second : nullptr;
+    }
+    const MxSpan sp = mx_span(c, od.source, p);
+    rows_ = sp.rows, cols_ = sp.cols;
+    if (!c.recipe.mx) return;
+    const Fp8Format f = operand_format(c, od);
+    const std::string name = mx_stage_name(gemm, op);
+    auto codes = t.find(name + ".codes"), scales = t.find(name + ".scales");
+    if (codes == t.end() || scales == t.end()) {  // nothing saved: the quantization of its own tensor
+      const Matrix m = natural(c, t, od.source, p);
+      whole_ = dequantize(quantize(m, od.direction, f, c.recipe.scale_rounding, c.recipe.inv_scale), m.rows(),
+                          m.cols(), od.direction, f);
+      return;
+    }
+    mx_ = true;
+    columnwise_ = od.direction == Direction::kColumnwise;
+    codes_ = &codes->second, scales_ = &scales->second;
+    code0_ = sp.code0, scale0_ = sp.scale0;
+    for (int v = 0; v < 256; ++v) {
+      decoded_[v] = fp8_decode(uint8_t(v), f);
+      scale_of_[v] = e8m0_to_f32(uint8_t(v));
+    }
   }
-  const Matrix m = natural(c, t, od.source, p);
-  return dequantize(quantize(m, od.direction, f, c.recipe.scale_rounding, c.recipe.inv_scale), m.rows(), m.cols(), od.direction, f);
+  int64_t rows() const { return rows_; }
+  int64_t cols() const { return cols_; }
+
+  // Row r of the natural [rows, cols] operand into out[0, cols).
+  void read(int64_t r, double* out) const {
+    if (whole_.size()) {
+      for (int64_t j = 0; j < cols_; ++j) out[j] = whole_(r, j);
+    } else if (mx_) {
+      // mx_dequantize_element: the fp8 value times the block's scale, in float
+      const int64_t at = code0_ + r * cols_;
+      const int64_t srow = scale0_ + (columnwise_ ? (r / kMxBlock) * cols_ : r * (cols_ / kMxBlock));
+      for (int64_t j = 0; j < cols_; ++j) {
+        const float scale = scale_of_[scales_->code(srow + (columnwise_ ? j : j / kMxBlock))];
+        out[j] = double(decoded_[codes_->code(at + j)] * scale);
+      }
+    } else {
+      natural_row(r, out);
+    }
+  }
+
+ private:
+  // layer.h's natural operands: gathered token rows (zeros for a zero pad row), saved stage rows, or
+  // an expert's weight block
+  void natural_row(int64_t r, double* out) const {
+    const View* v = nullptr;
+    int64_t row = 0;
+    switch (source_) {
+      case Source::kX:
+      case Source::kDy: {
+        const int64_t token = c_.row_token[part_.r0 + r];
+        if (token < 0) {
+          std::fill(out, out + cols_, 0.0);
+          return;
+        }
+        v = source_ == Source::kX ? &c_.x : &c_.dy, row = token;
+        break;
+      }
+      case Source::kW1: v = &c_.w1, row = part_.e * rows_ + r; break;
+      case Source::kW2: v = &c_.w2, row = part_.e * rows_ + r; break;
+      default: v = saved_, row = part_.r0 + r; break;
+    }
+    MOENUM_CHECK(v != nullptr, "stage check: the backend saved no a/dh for this GEMM operand");
+    for (int64_t j = 0; j < cols_; ++j) out[j] = v->at(row * cols_ + j);
+  }
+
+  const LayerContext& c_;
+  Part part_;
+  Source source_;
+  int64_t rows_ = 0, cols_ = 0;
+  const View* saved_ = nullptr;  // a or dh
+  Matrix whole_;
+  bool mx_ = false, columnwise_ = false;
+  const View *codes_ = nullptr, *scales_ = nullptr;
+  int64_t code0_ = 0, scale0_ = 0;
+  float decoded_[256] = {}, scale_of_[256] = {};
+};
+
+// Rows `sel` of op(X) for an operand reader X: op = identity, or the transpose (rows of X^T are
+// columns of X, read in one pass over X's rows).
+Matrix selected_rows(const OperandRows& x, bool transpose, const std::vector<int64_t>& sel) {
+  Matrix out(int64_t(sel.size()), transpose ? x.rows() : x.cols());
+  if (!transpose) {
+    for (size_t i = 0; i < sel.size(); ++i) x.read(sel[i], out.row(int64_t(i)).data());
+    return out;
+  }
+  std::vector<double> row(size_t(x.cols()));
+  for (int64_t r = 0; r < x.rows(); ++r) {
+    x.read(r, row.data());
+    for (size_t i = 0; i < sel.size(); ++i) out(int64_t(i), r) = row[size_t(sel[i])];
+  }
+  return out;
+}
+
+// op(X) whole: X itself, or X^T built from blocks of X's rows, so that each write fills a cache line.
+Matrix whole_operand(const OperandRows& x, bool transpose) {
+  if (!transpose) {
+    Matrix out(x.rows(), x.cols());
+    for (int64_t r = 0; r < x.rows(); ++r) x.read(r, out.row(r).data());
+    return out;
+  }
+  constexpr int64_t kRowsPerBlock = 8;
+  Matrix out(x.cols(), x.rows());
+  std::vector<double> block(size_t(kRowsPerBlock * x.cols()));
+  for (int64_t r0 = 0; r0 < x.rows(); r0 += kRowsPerBlock) {
+    const int64_t n = std::min(kRowsPerBlock, x.rows() - r0);
+    for (int64_t i = 0; i < n; ++i) x.read(r0 + i, block.data() + i * x.cols());
+    for (int64_t j = 0; j < x.cols(); ++j)
+      for (int64_t i = 0; i < n; ++i) out(j, r0 + i) = block[size_t(i * x.cols() + j)];
+  }
+  return out;
 }
 
 // ---- the tally of one task (an expert, or a block of tokens) -----------------------------------
@@ -377,14 +483,10 @@ void gemm_stage(const StageRun& run, int stage, const SampleSpec& sample, StageO
                      grid, true, true);
       return;
     }
-    const Matrix A = gemm_operand(c, run.t, run.st.gemm, Operand::kA, part);
-    const Matrix B = gemm_operand(c, run.t, run.st.gemm, Operand::kB, part);
-    Matrix Ant, Bnt;
-    if (g.kind == GemmKind::kFprop) Ant = A, Bnt = B;
-    else if (g.kind == GemmKind::kDgrad) Ant = A, Bnt = B.transpose();
-    else Ant = A.transpose(), Bnt = B.transpose();
-    Matrix Asel(int64_t(rows.size()), Ant.cols());
-    for (size_t i = 0; i < rows.size(); ++i) Asel.row(int64_t(i)) = Ant.row(rows[i]);
+    // the GEMM as C = Asel . Bnt^T: fprop rows . W^T, dgrad rows . W, wgrad A^T . B
+    const OperandRows A(c, run.t, run.st.gemm, Operand::kA, part), B(c, run.t, run.st.gemm, Operand::kB, part);
+    const Matrix Asel = selected_rows(A, g.kind == GemmKind::kWgrad, rows);
+    const Matrix Bnt = whole_operand(B, g.kind != GemmKind::kFprop);
     Vector b1;
     if (fc1 && c.recipe.bias) {
       b1.resize(2 * c.F);
