@@ -19,7 +19,7 @@ constexpr int64_t kParallelConvert = int64_t(1) << 16;
 
 void upload_bf16(DeviceBuffer<uint16_t>& d, std::span<const float> v, cudaStream_t s) {
   const int64_t n = int64_t(v.size());
-  std::vector<uint16_t> h(v.size());
+  TensorBuffer<uint16_t> h(v.size());  // first touched by the conversion's threads
 #pragma omp parallel for schedule(static) if (n > kParallelConvert)
   for (int64_t i = 0; i < n; ++i) h[i] = bf16_bits_rn(v[i]);  // exact: values are bf16
   d.reset(h.size());
@@ -31,7 +31,7 @@ Tensor bf16_tensor(const DeviceBuffer<uint16_t>& d, std::vector<int64_t> shape, 
   Tensor t(std::move(shape), "bf16");
   const int64_t n = t.size();
   MOENUM_CHECK(static_cast<int64_t>(d.size()) == n, "bf16 download size mismatch");
-  std::vector<uint16_t> h(d.size());
+  TensorBuffer<uint16_t> h(d.size());
   d.download_to(h.data(), s);
   const std::span<float> out = t.f32();
 #pragma omp parallel for schedule(static) if (n > kParallelConvert)
