@@ -73,6 +73,26 @@ __global__ void count_mismatch(const uint16_t* a, const uint16_t* b, size_t n, u
   atomicAdd(out, c);
 }
 
+#ifdef MOENUM_HAVE_CUTLASS
+// Which configuration gpu.grouped runs on these counts (one host read of the device's skew flag,
+// outside any timed region), to stderr.
+void report_auto_choice(const GroupedGemmDesc& g, const char* shape, const char* dist, cudaStream_t s) {
+  namespace sm90 = moenum::gpu::sm90;
+  const sm90::FpropTiles tiles = sm90::fprop_tiles(g);
+  const char* how = "static";
+  sm90::Tile tile = tiles.even;
+  if (tiles.chosen_on_device()) {
+    DeviceBuffer<int> flag(1);
+    sm90::launch_counts_skewed(g.counts, g.groups, flag.get(), s);
+    const bool skewed = flag.download(s)[0] != 0;
+    how = skewed ? "device: counts skewed" : "device: counts even";
+    tile = skewed ? tiles.skewed : tiles.even;
+  }
+  std::fprintf(stderr, "%s %s: auto tile %s (%s), sub-groups per group %d\n", shape, dist, sm90::tile_name(tile), how,
+               sm90::default_chunks(g));
+}
+#endif
+
 int main() {
   const BenchShape shapes[] = {
       {"dsv3_fc1_ep8", 32, 32768, 4096, 7168}, {"dsv3_fc2_ep8", 32, 32768, 7168, 2048},
@@ -99,8 +119,9 @@ int main() {
       for (int e = 0; e < sh.groups; ++e) g.b_expert.push_back(B.get() + size_t(e) * sh.N * sh.K);
       std::vector<std::pair<std::string, std::unique_ptr<GemmEngine>>> engines;
 #ifdef MOENUM_HAVE_CUTLASS
-      // .base = the single 128x128x64 configuration without sub-groups (the engine before the static
-      // tile/sub-group choice); gpu.grouped = the backend's choice; the others force one tile
+      // .base = the single 128x128x64 configuration without sub-groups (the engine before the
+      // tile/sub-group choice); gpu.grouped = the backend's choice (the tile picked on the device
+      // from the counts where fprop_tiles says so); the others force one tile
       // configuration each (grouped_sm90.h, Tile) with the automatic sub-groups; .wide_m2_whole is
       // torch._grouped_mm's sm90 configuration exactly (128x256, 2x1 cluster, no sub-groups).
       using moenum::gpu::sm90::Tile;
@@ -112,13 +133,14 @@ int main() {
       engines.emplace_back("gpu.grouped.wide_m2_whole", make_cutlass_sm90_engine({Tile::T128x256M2, 1}));
       engines.emplace_back("gpu.grouped.n192", make_cutlass_sm90_engine({Tile::T128x192, -1}));
       engines.emplace_back("gpu.grouped.pingpong", make_cutlass_sm90_engine({Tile::T128x128Pingpong, -1}));
-      std::fprintf(stderr, "%s %s: auto tile %s, sub-groups per group %d\n", sh.name, zipf ? "zipf1.2" : "uniform",
-                   moenum::gpu::sm90::tile_name(moenum::gpu::sm90::fprop_tile(g)), moenum::gpu::sm90::default_chunks(g));
+      report_auto_choice(g, sh.name, zipf ? "zipf1.2" : "uniform", s);
 #endif
       engines.emplace_back("gpu.multistream", std::make_unique<CublasLtEngine>());
       // Correctness first: every CUTLASS variant must give the .base output bitwise (same per-element
       // K order, fp32 accumulate); this also builds every engine's plan outside the timed region.
+      // D is poisoned (all-ones bf16: NaN) before each run, so a variant that writes nothing fails.
       for (auto& [name, eng] : engines) {
+        cudaMemsetAsync(D.get(), 0xFF, D.size() * sizeof(uint16_t), s);
         eng->begin(counts.get(), sh.groups, s);
         eng->run(g, s);
         if (name == "gpu.grouped.base") {

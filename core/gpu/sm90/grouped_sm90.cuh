@@ -58,7 +58,7 @@ struct GroupedKernel {
   // 128x128x64 cooperative, no cluster: the default for every layout, a middle ground between the
   // large DeepSeek/Mixtral groups and the many small Qwen groups. The Fprop variants (a cluster along
   // N shares the A tile through TMA multicast and never rounds a group's M tiles up; along M it
-  // shares B) are chosen in grouped_fprop.cu (fprop_tile).
+  // shares B) are chosen in grouped_fprop.cu (fprop_tiles).
   using TileShape = cute::Shape<cute::_128, cute::Int<TileN>, cute::_64>;
   using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
   using KernelSchedule = typename Schedule::Kernel;
@@ -85,6 +85,14 @@ struct GroupedKernel {
   using StrideD = typename Gemm::GemmKernel::InternalStrideD;
 };
 
+// A device flag that opens or closes a plan per launch: closed, its sizes are all M = 0, so its
+// grouped kernel finds no tiles and exits at once. How the automatic Fprop choice (fprop_tiles)
+// runs one of two configurations without a host read. No flag: always open.
+struct Gate {
+  const int* flag = nullptr;
+  int open_when = 0;
+};
+
 // Per-group sizes and pointers from the device counts/offsets (one thread per sub-group).
 //   rows_major: Fprop/Dgrad, the group's M is its row count, A and D advance by rows. Group e's rows
 //               are split into up to `chunks` sub-groups of `chunk` rows each (chunk >= min_rows, a
@@ -93,15 +101,17 @@ struct GroupedKernel {
 //               groups themselves and the rest are empty (M = 0: no tiles).
 //   otherwise : Wgrad (chunks = 1), the group's K is its row count; an empty group gets M = 0 (no
 //               tiles, no K = 0 GEMM: its D keeps the zeros the layer wrote).
+//   gate closed: every group is treated as empty.
 template <class EA, class EB, class ED>
 __global__ void fill_groups(int groups, int chunks, int64_t min_rows, int64_t tile_m, bool rows_major, int64_t m,
                             int64_t n, int64_t k, const int64_t* counts, const int64_t* offsets, const EA* a,
                             const EB* b_rows, const EB* const* b_expert, ED* d_rows, ED* const* d_expert,
-                            Shape3* shapes, const EA** pa, const EB** pb, ED** pd) {
+                            Shape3* shapes, const EA** pa, const EB** pb, ED** pd, Gate gate) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= groups * chunks) return;
   const int e = i % groups, j = i / groups;
-  int64_t cnt = counts[e], off = offsets[e];
+  const bool closed = gate.flag != nullptr && *gate.flag != gate.open_when;
+  int64_t cnt = closed ? 0 : counts[e], off = offsets[e];
   if (rows_major) {
     int64_t chunk = (cnt + chunks - 1) / chunks;
     chunk = (chunk + tile_m - 1) / tile_m * tile_m;
@@ -127,8 +137,11 @@ class Plan final : public GroupedGemmPlan {
   using ElementD = typename K::ElementD;
 
  public:
-  Plan(const GroupedGemmDesc& g, int chunks, int64_t chunk_rows)
-      : groups_(g.groups), chunks_(g.kind == GemmKind::Wgrad ? 1 : std::max(chunks, 1)), chunk_rows_(chunk_rows) {
+  Plan(const GroupedGemmDesc& g, int chunks, int64_t chunk_rows, Gate gate = {})
+      : groups_(g.groups),
+        chunks_(g.kind == GemmKind::Wgrad ? 1 : std::max(chunks, 1)),
+        chunk_rows_(chunk_rows),
+        gate_(gate) {
     const bool rows_major = g.kind != GemmKind::Wgrad;
     const int total = groups_ * chunks_;
     shapes_.reset(total);
@@ -178,7 +191,7 @@ class Plan final : public GroupedGemmPlan {
         groups_, chunks_, chunk_rows_, K::kTileM, rows_major, g.m, g.n, g.k, g.counts, g.offsets, reinterpret_cast<const EA*>(g.a),
         reinterpret_cast<const EB*>(g.b_rows), b_expert_.get(), reinterpret_cast<ElementD*>(g.d_rows),
         d_expert_.get(), shapes_.get(), const_cast<const EA**>(pa_.get()), const_cast<const EB**>(pb_.get()),
-        pd_.get());
+        pd_.get(), gate_);
     MOENUM_CUDA_LAUNCH_CHECK();
     MOENUM_CUTLASS_CHECK(gemm_.run(s));
   }
@@ -187,6 +200,7 @@ class Plan final : public GroupedGemmPlan {
   int groups_;
   int chunks_;
   int64_t chunk_rows_;
+  Gate gate_;
   typename K::Gemm gemm_;
   DeviceBuffer<Shape3> shapes_;
   DeviceBuffer<EA*> pa_;

@@ -3,11 +3,15 @@
 // small kernel from the device-resident counts and offsets, so launching needs no host sync and the
 // whole sequence can be captured in a CUDA graph.
 //
-// Both choices below are made once per plan from host-known static information only (groups, N, K,
-// the GEMM kind), never from the device-side counts:
+// The choices below are made once per plan from host-known static information (groups, N, K, the
+// GEMM kind); only the automatic Fprop tile may also depend on the counts, and then it is picked on
+// the device at every launch:
 //   tile  : 128x128x64 cooperative (every kind), or for Fprop one of the wider or pingpong
-//           configurations of Tile (chosen by fprop_tile from N and K; the others on request, for
-//           the bench).
+//           configurations of Tile (fprop_tiles: from N and K, and for a long K from the skew of
+//           the counts; the others on request, for the bench). A choice on the device builds both
+//           configurations' plans; a tiny kernel sets a skew flag from the counts, and both
+//           kernels are launched back to back, the one not chosen with all-empty groups (no tiles,
+//           it exits at once). No host read, so it stays graph-capturable.
 //   chunks: Fprop/Dgrad split each group's rows, on the device, into up to `chunks` sub-groups of at
 //           least `chunk_rows` rows (multiples of the tile's M). CUTLASS's grouped tile scheduler
 //           walks a group's tiles along M (no swizzle without host problem sizes), so one wave of a
@@ -74,8 +78,20 @@ std::unique_ptr<GroupedGemmPlan> make_fprop_plan(const GroupedGemmDesc& g, const
 std::unique_ptr<GroupedGemmPlan> make_dgrad_plan(const GroupedGemmDesc& g, const PlanOptions& o);  // A row, B row, D bf16
 std::unique_ptr<GroupedGemmPlan> make_wgrad_plan(const GroupedGemmDesc& g, const PlanOptions& o);  // A col, B row, D fp32
 
-// The static choices (see above); exposed so the bench can report them.
-Tile fprop_tile(const GroupedGemmDesc& g);
+// The automatic Fprop configuration: `even` for balanced counts, `skewed` for skewed ones (the rule
+// and its threshold are in grouped_fprop.cu). Equal when the counts do not matter.
+struct FpropTiles {
+  Tile even;
+  Tile skewed;
+  bool chosen_on_device() const { return even != skewed; }
+};
+
+// The choices (see above); exposed so the bench can report them.
+FpropTiles fprop_tiles(const GroupedGemmDesc& g);
 int default_chunks(const GroupedGemmDesc& g);
+
+// Sets *skewed (device) to 1 when the device counts[0, groups) are skewed in the sense of
+// fprop_tiles, else 0: one small kernel on s, no host read. Exposed for the tests and the bench.
+void launch_counts_skewed(const int64_t* counts, int groups, int* skewed, cudaStream_t s);
 
 }  // namespace moenum::gpu::sm90
