@@ -242,8 +242,15 @@ Matrix gemm_nt_rn_f32(const Matrix& A, const Matrix& B, const Vector* bias, Gemm
   return certify_gemm_nt(A, B, bias, std::move(Cd), std::move(S), stats, opt);
 }
 
+RowGrids row_grids(const Matrix& A, const Matrix& B) {
+  RowGrids g{std::vector<int>(size_t(A.rows())), std::vector<int>(size_t(B.rows()))};
+  for (Eigen::Index i = 0; i < A.rows(); ++i) g.a[size_t(i)] = grid_exponent(A.data() + i * A.cols(), A.cols());
+  for (Eigen::Index j = 0; j < B.rows(); ++j) g.b[size_t(j)] = grid_exponent(B.data() + j * B.cols(), B.cols());
+  return g;
+}
+
 Matrix certify_gemm_nt(const Matrix& A, const Matrix& B, const Vector* bias, Matrix Cd, Matrix S,
-                       GemmStats* stats, const ExactGemmOptions& opt) {
+                       GemmStats* stats, const ExactGemmOptions& opt, const RowGrids* grids) {
   const int64_t M = A.rows(), N = B.rows(), K = A.cols();
   MOENUM_CHECK(B.cols() == K, "gemm_nt_rn_f32: A and B disagree on K");
   MOENUM_CHECK(!bias || bias->size() == N, "gemm_nt_rn_f32: bias length must be N");
@@ -259,11 +266,10 @@ Matrix certify_gemm_nt(const Matrix& A, const Matrix& B, const Vector* bias, Mat
   }
   const int64_t nterms = K + (bias ? 1 : 0);
   // Grid exponents of the rows of A and B (and of the bias terms), for the exactness certificate.
-  std::vector<int> qa(M), qb(N);
-  for (int64_t i = 0; i < M; ++i) qa[i] = grid_exponent(A.data() + i * K, K);
-  for (int64_t j = 0; j < N; ++j) {
-    qb[j] = grid_exponent(B.data() + j * K, K);
-  }
+  const RowGrids own = grids ? RowGrids{} : row_grids(A, B);
+  const std::vector<int>& qa = grids ? grids->a : own.a;
+  const std::vector<int>& qb = grids ? grids->b : own.b;
+  MOENUM_CHECK(int64_t(qa.size()) == M && int64_t(qb.size()) == N, "certify_gemm_nt: grids of other operands");
   int64_t exact = 0;
   for (int64_t i = 0; i < M; ++i) {
     for (int64_t j = 0; j < N; ++j) {

@@ -16,6 +16,7 @@
 // operand holds inf or NaN the output is the plain fp64 result converted to fp32 (not certified).
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include <Eigen/Dense>
 
@@ -83,8 +84,14 @@ Matrix gemm_nt_rn_f32(const Matrix& A, const Matrix& B, const Vector* bias = nul
 // A . B^T and S = |A| . |B|^T, both without the bias. The certificate holds for every order, and an
 // output it cannot certify is summed exactly from A and B here, so the result is bitwise that of
 // gemm_nt_rn_f32 (a correctly rounded value is unique). Cd and S are not read under force_exact.
+// The grid exponents of the rows of A and of B (grid_exponent of each row): the certificate's q.
+struct RowGrids {
+  std::vector<int> a, b;
+};
+RowGrids row_grids(const Matrix& A, const Matrix& B);
+// grids: the rows' grid exponents when the caller has them (null: computed here).
 Matrix certify_gemm_nt(const Matrix& A, const Matrix& B, const Vector* bias, Matrix Cd, Matrix S,
-                       GemmStats* stats = nullptr, const ExactGemmOptions& opt = {});
+                       GemmStats* stats = nullptr, const ExactGemmOptions& opt = {}, const RowGrids* grids = nullptr);
 // C = A . B (A: M x K, B: K x N) and C = A^T . B (A: K x M, B: K x N), same rounding.
 Matrix gemm_nn_rn_f32(const Matrix& A, const Matrix& B, GemmStats* stats = nullptr);
 Matrix gemm_tn_rn_f32(const Matrix& A, const Matrix& B, GemmStats* stats = nullptr);

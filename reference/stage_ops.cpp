@@ -44,13 +44,13 @@ GemmRef exact_gemm_ref(const Matrix& A, const Matrix& B, const Vector* bias) {
   } else {
     c = s_abs = Matrix::Zero(A.rows(), B.rows());
   }
-  g.c32 = certify_gemm_nt(A, B, bias, c, s_abs);
+  const RowGrids grids = row_grids(A, B);
+  g.c32 = certify_gemm_nt(A, B, bias, c, s_abs, nullptr, {}, &grids);
   g.absprod = std::move(s_abs);
   g.finite_absprod = Matrix(A.rows(), B.rows());
   g.c64 = Matrix::Constant(A.rows(), B.rows(), std::numeric_limits<double>::quiet_NaN());
-  std::vector<int> qa(A.rows()), qb(B.rows());
-  for (Eigen::Index i = 0; i < A.rows(); ++i) qa[i] = grid_exponent(A.row(i).data(), A.cols());
-  for (Eigen::Index j = 0; j < B.rows(); ++j) qb[j] = grid_exponent(B.row(j).data(), B.cols());
+  const std::vector<int>& qa = grids.a;
+  const std::vector<int>& qb = grids.b;
   for (Eigen::Index i = 0; i < A.rows(); ++i)
     for (Eigen::Index j = 0; j < B.rows(); ++j) {
       double s = g.absprod(i, j), v = c(i, j);
