@@ -58,7 +58,13 @@ TEST(Ulp, SpacingIsTheBinadeDefinition) {
     refs.push_back(v);
   }
   for (double r : refs)
-    for (Grid g : {Grid::kBf16, Grid::kF32, Grid::kF64}) ASSERT_EQ(ulp_spacing(r, g), by_definition(r, g)) << r;
+    for (Grid g : {Grid::kBf16, Grid::kF32, Grid::kF64}) {
+      ASSERT_EQ(ulp_spacing(r, g), by_definition(r, g)) << r;
+      // the distance is the difference over that spacing, near r and far from it
+      for (double v : {std::nextafter(r, 0.0), r * 1.5, r * 0x1p-60 + 0x1p-1070, -r})
+        if (std::isfinite(std::fabs(v - r)) && v != r)
+          ASSERT_EQ(ulp_distance(v, r, g), std::fabs(v - r) / by_definition(r, g)) << v << " vs " << r;
+    }
 }
 
 TEST(Bitwise, SignOfZeroCountsAndNaNsAreEqual) {
