@@ -10,6 +10,7 @@
 
 #include "binding_registry.h"
 #include "bounds.h"
+#include "device_gemm.h"
 #include "error_stats.h"
 #include "moenum/layer.h"
 #include "prepared.h"
@@ -210,7 +211,10 @@ void bind(py::module_& m) {
     std::vector<StageReport> reports;
     {
       py::gil_scoped_release release;
-      const LayerContext ctx = make_layer_context(p.scenario, p.routing, p.plan, input_views(p.problem));
+      LayerContext ctx = make_layer_context(p.scenario, p.routing, p.plan, input_views(p.problem));
+      // the recomputation is the reference's arithmetic: it runs where execution.device puts the oracles
+      const reference::OracleDevice device = reference::oracle_device(p.scenario.execution.device);
+      ctx.device = device.engine.get();
       reports = check_stages(ctx, t, spec, pr, rule, gemm_rule);
     }
     py::list list;

@@ -32,13 +32,15 @@ Matrix round_matrix(const Matrix& m, Round r) {
   return out;
 }
 
-GemmRef exact_gemm_ref(const Matrix& A, const Matrix& B, const Vector* bias) {
+GemmRef exact_gemm_ref(const Matrix& A, const Matrix& B, const Vector* bias, DeviceGemm* device) {
   MOENUM_CHECK(A.cols() == B.cols(), "exact_gemm_ref: A and B must have the same number of columns (K)");
   MOENUM_CHECK(!bias || bias->size() == B.rows(), "exact_gemm_ref: bias length must equal B's rows");
   GemmRef g;
   // One fp64 product and one |A|.|B|^T product serve the certified fp32 result, the bound and c64.
   Matrix c, s_abs;
-  if (A.rows() > 0 && B.rows() > 0) {
+  if (A.rows() > 0 && B.rows() > 0 && device) {
+    device->gemm_nt(A, B, c, &s_abs);
+  } else if (A.rows() > 0 && B.rows() > 0) {
     c.noalias() = A * B.transpose();
     s_abs.noalias() = A.cwiseAbs() * B.cwiseAbs().transpose();
   } else {

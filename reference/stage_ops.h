@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "device_gemm.h"
 #include "exact_gemm.h"
 
 namespace moenum::reference::stage_ops {
@@ -29,7 +30,9 @@ Matrix round_matrix(const Matrix& m, Round r);
 struct GemmRef {
   Matrix c32, absprod, c64, finite_absprod;
 };
-GemmRef exact_gemm_ref(const Matrix& A, const Matrix& B, const Vector* bias);
+// device: where the two fp64 products run (device_gemm.h; null: Eigen on the CPU). The certified
+// values are the same either way: a correctly rounded sum is unique.
+GemmRef exact_gemm_ref(const Matrix& A, const Matrix& B, const Vector* bias, DeviceGemm* device = nullptr);
 
 // A value and the value before its last rounding.
 struct Rounded {

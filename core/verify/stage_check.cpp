@@ -510,7 +510,7 @@ void gemm_stage(const StageRun& run, int stage, const SampleSpec& sample, StageO
         }
       return;
     }
-    const so::GemmRef r = so::exact_gemm_ref(Asel, Bnt, epilogue ? &b1 : nullptr);
+    const so::GemmRef r = so::exact_gemm_ref(Asel, Bnt, epilogue ? &b1 : nullptr, c.device);
     const int64_t K = layer::dim_size(g.reduction, c.H, c.F, M) + (epilogue ? 1 : 0);
     for (size_t ii2 = 0; ii2 < rows.size(); ++ii2) {
       const int64_t i = rows[ii2];

@@ -30,6 +30,7 @@
 #include "moenum/problem.h"
 #include "moenum/routing.h"
 #include "moenum/scenario.h"
+#include "device_gemm.h"
 #include "view.h"
 
 namespace moenum::verify {
@@ -56,6 +57,8 @@ struct LayerContext {
   std::vector<int64_t> topk_idx;            // [T * k]
   RecipeFacts recipe;
   uint64_t seed = 0;
+  // execution.device gpu: the GEMM stages' fp64 products there (reference/device_gemm.h); null: CPU
+  reference::DeviceGemm* device = nullptr;
 };
 
 // `inputs` views the problem's x, w1, b1, w2, b2, dy (kept alive by the caller).

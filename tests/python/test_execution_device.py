@@ -1,5 +1,5 @@
-"""`execution.device` (auto | cpu | gpu): where golden and reference compute their fp64 GEMMs. auto
-is the GPU when this build has CUDA and a device is usable, else the CPU; gpu without one is refused
+"""`execution.device` (auto | cpu | gpu): where golden, reference and the stage checks compute their
+fp64 GEMMs. auto is the GPU when this build has CUDA and a device is usable, else the CPU; gpu without one is refused
 before anything runs (exit 3, one line). On a GPU machine every bundled scenario's oracles run on both
 devices: the reference bitwise the same, golden within 1e-12."""
 import copy
@@ -123,3 +123,22 @@ def test_gpu_oracles_match_the_cpu_oracles(tmp_path, sc):
             den = np.linalg.norm(a[finite])
             err = np.linalg.norm(a[finite] - b[finite]) / den if den else np.abs(b[finite]).max(initial=0.0)
             assert err <= 1e-12, f"golden {name}: relative error {err:.3e}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe", ["bf16", "mxfp8"])
+def test_stage_checks_on_the_gpu_classify_as_on_the_cpu(tmp_path, recipe):
+    """The stage checks' GEMM products follow execution.device: their certified reference values, and
+    so every class count of the stage table, are the same on either device."""
+    if not GPU_USABLE:
+        pytest.skip(NO_GPU)
+    point = dict(TINY, model={"experts": 4, "hidden": 64, "ffn": 32, "topk": 2}, tokens=256,
+                 dispatch={"ep": 1, "padding": "module", "align": 32}, recipe={"name": recipe},
+                 verify={"sample": "all"})
+    tables = {}
+    for device in ("cpu", "gpu"):
+        res = moenum.run(dict(point, name=f"stages-{device}", execution={"device": device}), out=tmp_path / device)
+        assert res.disposition["cpu.eigen"] == "passed", res.reasons
+        tables[device] = res.stage_table.reset_index(drop=True)
+    assert not tables["cpu"].empty
+    assert tables["cpu"].equals(tables["gpu"]), (tables["cpu"], tables["gpu"])
