@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cuda_check.h"
+#include "host_transfer.h"
 
 namespace moenum::gpu {
 
@@ -53,12 +54,7 @@ class DeviceBuffer {
     return v;
   }
   // All size() elements into host memory at dst; returns when they are there.
-  void download_to(T* dst, cudaStream_t s = nullptr) const {
-    if (n_) {
-      MOENUM_CUDA_CHECK(cudaMemcpyAsync(dst, p_, n_ * sizeof(T), cudaMemcpyDeviceToHost, s));
-      MOENUM_CUDA_CHECK(cudaStreamSynchronize(s));
-    }
-  }
+  void download_to(T* dst, cudaStream_t s = nullptr) const { copy_to_host(dst, p_, n_ * sizeof(T), s); }
   void zero(cudaStream_t s = nullptr) {
     if (n_) MOENUM_CUDA_CHECK(cudaMemsetAsync(p_, 0, n_ * sizeof(T), s));
   }

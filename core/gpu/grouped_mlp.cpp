@@ -23,8 +23,7 @@ void upload_bf16(DeviceBuffer<uint16_t>& d, std::span<const float> v, cudaStream
 #pragma omp parallel for schedule(static) if (n > kParallelConvert)
   for (int64_t i = 0; i < n; ++i) h[i] = bf16_bits_rn(v[i]);  // exact: values are bf16
   d.reset(h.size());
-  if (n) MOENUM_CUDA_CHECK(cudaMemcpyAsync(d.get(), h.data(), n * 2, cudaMemcpyHostToDevice, s));
-  MOENUM_CUDA_CHECK(cudaStreamSynchronize(s));  // h goes out of scope
+  copy_to_device(d.get(), h.data(), size_t(n) * 2, s);  // synchronous: h goes out of scope
 }
 
 Tensor bf16_tensor(const DeviceBuffer<uint16_t>& d, std::vector<int64_t> shape, cudaStream_t s) {
