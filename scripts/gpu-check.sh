@@ -284,7 +284,13 @@ fi
 # ---- bench: our engines and torch._grouped_mm on the same shapes, same run ------------------------
 if want bench && [ -x $BUILD/moenum_gpu_bench ]; then
   t0=$SECONDS
-  { timeout 200 $BUILD/moenum_gpu_bench; timeout 200 python3 bench/gpu_peer_torch.py | tail -n +2; } >"$OUT/bench.csv" 2>"$OUT/bench.err"
+  # Two comparisons, each under one load: gpu.grouped timed alone beside torch timed alone (engine
+  # "gpu.grouped.alone" against "torch._grouped_mm"), and every engine interleaved round by round
+  # beside torch running as many calls per round (against "torch._grouped_mm.x9").
+  { timeout 200 $BUILD/moenum_gpu_bench
+    MOENUM_GEMM_BENCH_ENGINES=gpu.grouped timeout 200 $BUILD/moenum_gpu_bench | tail -n +2 | sed 's/,gpu\.grouped,/,gpu.grouped.alone,/'
+    timeout 200 python3 bench/gpu_peer_torch.py | tail -n +2
+    timeout 300 python3 bench/gpu_peer_torch.py --calls-per-round 9 | tail -n +2; } >"$OUT/bench.csv" 2>"$OUT/bench.err"
   if [ -s "$OUT/bench.csv" ]; then
     note bench ok "$((SECONDS - t0)) s"
   else
@@ -310,12 +316,15 @@ if [ -s "$OUT/bench.csv" ]; then
   python3 - "$OUT/bench.csv" <<'PY' | tee "$OUT/bench_table.txt"
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
-peer = {(r["shape"], r["dist"]): float(r["tflops"]) for r in rows if r["engine"] == "torch._grouped_mm"}
-print(f"{'shape':<16}{'dist':<9}{'engine':<20}{'ms':>9}{'TFLOP/s':>9}{'vs torch':>9}")
+# alone against torch alone; interleaved engines against torch with as many calls per round
+peer = {(r["shape"], r["dist"], r["engine"]): float(r["tflops"]) for r in rows if r["engine"].startswith("torch.")}
+print(f"{'shape':<16}{'dist':<9}{'engine':<28}{'ms':>9}{'TFLOP/s':>9}{'vs torch':>9}{'peer':>20}")
 for r in rows:
-    p = peer.get((r["shape"], r["dist"]))
+    peer_name = "torch._grouped_mm" if r["engine"].endswith(".alone") else "torch._grouped_mm.x9"
+    p = None if r["engine"].startswith("torch.") else peer.get((r["shape"], r["dist"], peer_name))
     ratio = f"{float(r['tflops']) / p:.2f}" if p else "-"
-    print(f"{r['shape']:<16}{r['dist']:<9}{r['engine']:<20}{float(r['ms']):>9.3f}{float(r['tflops']):>9.1f}{ratio:>9}")
+    print(f"{r['shape']:<16}{r['dist']:<9}{r['engine']:<28}{float(r['ms']):>9.3f}{float(r['tflops']):>9.1f}{ratio:>9}"
+          f"{peer_name if p else '':>20}")
 PY
 fi
 if [ -s "$OUT/layer.csv" ]; then
