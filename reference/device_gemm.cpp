@@ -17,6 +17,11 @@ std::optional<DeviceGemmProvider>& provider() {
 
 DeviceGemmRegistrar::DeviceGemmRegistrar(DeviceGemmProvider p) { provider() = std::move(p); }
 
+void products_nt(DeviceGemm* device, const Matrix& A, const Matrix& B, Matrix& Cd, Matrix& S) {
+  if (!device) return products_nt(A, B, Cd, S);
+  if (A.rows() > 0 && B.rows() > 0) device->gemm_nt(A, B, Cd, &S);
+}
+
 ExecutionChoice resolve_execution_device(const std::string& requested) {
   if (requested == "cpu") return {};
   if (requested != "auto" && requested != "gpu")

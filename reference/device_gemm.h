@@ -37,6 +37,10 @@ struct DeviceGemmRegistrar {
   explicit DeviceGemmRegistrar(DeviceGemmProvider p);
 };
 
+// The two fp64 products of the certified GEMM (exact_gemm.h, products_nt) on `device`, or with Eigen
+// on the CPU when it is null; left empty when A or B has no rows.
+void products_nt(DeviceGemm* device, const Matrix& A, const Matrix& B, Matrix& Cd, Matrix& S);
+
 enum class ExecutionDevice { cpu, gpu };
 
 // execution.device resolved here: "cpu"; "gpu"; "auto", the GPU when this build has the device

@@ -235,11 +235,14 @@ Matrix gemm_nt_rn_f32(const Matrix& A, const Matrix& B, const Vector* bias, Gemm
                       const ExactGemmOptions& opt) {
   MOENUM_CHECK(B.cols() == A.cols(), "gemm_nt_rn_f32: A and B disagree on K");
   Matrix Cd, S;
-  if (!opt.force_exact && A.rows() > 0 && B.rows() > 0) {
-    Cd.noalias() = A * B.transpose();
-    S.noalias() = A.cwiseAbs() * B.cwiseAbs().transpose();
-  }
+  if (!opt.force_exact) products_nt(A, B, Cd, S);
   return certify_gemm_nt(A, B, bias, std::move(Cd), std::move(S), stats, opt);
+}
+
+void products_nt(const Matrix& A, const Matrix& B, Matrix& Cd, Matrix& S) {
+  if (A.rows() == 0 || B.rows() == 0) return;
+  Cd.noalias() = A * B.transpose();
+  S = abs_product_nt(A, B);
 }
 
 RowGrids row_grids(const Matrix& A, const Matrix& B) {

@@ -84,6 +84,9 @@ Matrix gemm_nt_rn_f32(const Matrix& A, const Matrix& B, const Vector* bias = nul
 // A . B^T and S = |A| . |B|^T, both without the bias. The certificate holds for every order, and an
 // output it cannot certify is summed exactly from A and B here, so the result is bitwise that of
 // gemm_nt_rn_f32 (a correctly rounded value is unique). Cd and S are not read under force_exact.
+// Cd = A . B^T and S = |A| . |B|^T in fp64 with Eigen, the two products certify_gemm_nt reads; left
+// empty when A or B has no rows.
+void products_nt(const Matrix& A, const Matrix& B, Matrix& Cd, Matrix& S);
 // The grid exponents of the rows of A and of B (grid_exponent of each row): the certificate's q.
 struct RowGrids {
   std::vector<int> a, b;

@@ -90,9 +90,8 @@ struct ExactRecipePolicy {
   Matrix quantize_operand(const Matrix& m, Gemm, Operand) const { return m; }
 
   Matrix gemm(const Matrix& A, const Matrix& B, Gemm, const Vector* bias, GemmStats& st) const {
-    if (!device) return gemm_nt_rn_f32(A, B, bias, &st);
     Matrix C, S;
-    if (A.rows() > 0 && B.rows() > 0) device->gemm_nt(A, B, C, &S);
+    products_nt(device, A, B, C, S);
     return certify_gemm_nt(A, B, bias, std::move(C), std::move(S), &st);
   }
   Real dot(const double* a, const double* b, int64_t K, int64_t sa, int64_t sb, GemmStats& st) const {

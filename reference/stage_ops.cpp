@@ -38,14 +38,8 @@ GemmRef exact_gemm_ref(const Matrix& A, const Matrix& B, const Vector* bias, Dev
   GemmRef g;
   // One fp64 product and one |A|.|B|^T product serve the certified fp32 result, the bound and c64.
   Matrix c, s_abs;
-  if (A.rows() > 0 && B.rows() > 0 && device) {
-    device->gemm_nt(A, B, c, &s_abs);
-  } else if (A.rows() > 0 && B.rows() > 0) {
-    c.noalias() = A * B.transpose();
-    s_abs.noalias() = A.cwiseAbs() * B.cwiseAbs().transpose();
-  } else {
-    c = s_abs = Matrix::Zero(A.rows(), B.rows());
-  }
+  products_nt(device, A, B, c, s_abs);
+  if (c.size() == 0) c = s_abs = Matrix::Zero(A.rows(), B.rows());  // no rows: the tables keep their shape
   const RowGrids grids = row_grids(A, B);
   g.c32 = certify_gemm_nt(A, B, bias, c, s_abs, nullptr, {}, &grids);
   g.absprod = std::move(s_abs);
