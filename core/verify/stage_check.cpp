@@ -124,18 +124,6 @@ struct Part {
 
 bool is_token_source(Source s) { return !layer::is_weight(s); }
 
-// The natural-layout operand tensor of a source for one expert: [n, cols] rows or the weight block.
-Matrix natural(const LayerContext& c, const TensorMap& t, Source s, const Part& p) {
-  switch (s) {
-    case Source::kX: return token_rows(c.x, c, p.r0, p.n);
-    case Source::kDy: return token_rows(c.dy, c, p.r0, p.n);
-    case Source::kA: return view_rows(t.at("a"), p.r0, p.n, c.F);
-    case Source::kDh: return view_rows(t.at("dh"), p.r0, p.n, 2 * c.F);
-    case Source::kW1: return view_rows(c.w1, p.e * 2 * c.F, 2 * c.F, c.H);
-    default: return view_rows(c.w2, p.e * c.H, c.H, c.F);
-  }
-}
-
 // Offsets of an expert's part inside a saved MX operand's codes and scales.
 struct MxSpan {
   int64_t code0, ncodes, scale0, nscales, rows, cols;
@@ -153,6 +141,39 @@ MxSpan mx_span(const LayerContext& c, Source s, const Part& p) {
   return {row0 * cols, rows * cols, row0 * cols / kMxBlock, rows * cols / kMxBlock, rows, cols};
 }
 
+// Row r of the natural-layout operand of a source for one expert: a gathered token row (zeros for a
+// zero pad row), a saved a or dh row, or a row of the expert's weight block.
+void natural_row(const LayerContext& c, const TensorMap& t, Source s, const Part& p, int64_t r, int64_t cols,
+                 double* out) {
+  const View* v = nullptr;
+  int64_t row = 0;
+  switch (s) {
+    case Source::kX:
+    case Source::kDy: {
+      const int64_t token = c.row_token[p.r0 + r];
+      if (token < 0) {
+        std::fill(out, out + cols, 0.0);
+        return;
+      }
+      v = s == Source::kX ? &c.x : &c.dy, row = token;
+      break;
+    }
+    case Source::kA: v = &t.at("a"), row = p.r0 + r; break;
+    case Source::kDh: v = &t.at("dh"), row = p.r0 + r; break;
+    case Source::kW1: v = &c.w1, row = p.e * 2 * c.F + r; break;
+    default: v = &c.w2, row = p.e * c.H + r; break;
+  }
+  for (int64_t j = 0; j < cols; ++j) out[j] = v->at(row * cols + j);
+}
+
+// The natural-layout operand tensor of a source for one expert: [n, cols] rows or the weight block.
+Matrix natural(const LayerContext& c, const TensorMap& t, Source s, const Part& p) {
+  const MxSpan sp = mx_span(c, s, p);
+  Matrix m(sp.rows, sp.cols);
+  for (int64_t r = 0; r < sp.rows; ++r) natural_row(c, t, s, p, r, sp.cols, m.row(r).data());
+  return m;
+}
+
 std::string mx_stage_name(int gemm, Operand op) {
   return std::string(layer::kGemms[gemm].name) + "." + layer::operand_suffix(op);
 }
@@ -164,13 +185,10 @@ std::string mx_stage_name(int gemm, Operand op) {
 // stage checks.
 class OperandRows {
  public:
-  OperandRows(const LayerContext& c, const TensorMap& t, int gemm, Operand op, const Part& p) : c_(c), part_(p) {
+  OperandRows(const LayerContext& c, const TensorMap& t, int gemm, Operand op, const Part& p)
+      : c_(c), t_(t), part_(p) {
     const layer::OperandDesc& od = op == Operand::kA ? layer::kGemms[gemm].a : layer::kGemms[gemm].b;
     source_ = od.source;
-    if (source_ == Source::kA || source_ == Source::kDh) {
-      auto it = t.find(source_ == Source::kA ? "a" : "dh");
-      saved_ = it != t.end() ? &it->second : nullptr;
-    }
     const MxSpan sp = mx_span(c, od.source, p);
     rows_ = sp.rows, cols_ = sp.cols;
     if (!c.recipe.mx) return;
@@ -208,40 +226,16 @@ class OperandRows {
         out[j] = double(decoded_[codes_->code(at + j)] * scale);
       }
     } else {
-      natural_row(r, out);
+      natural_row(c_, t_, source_, part_, r, cols_, out);
     }
   }
 
  private:
-  // layer.h's natural operands: gathered token rows (zeros for a zero pad row), saved stage rows, or
-  // an expert's weight block
-  void natural_row(int64_t r, double* out) const {
-    const View* v = nullptr;
-    int64_t row = 0;
-    switch (source_) {
-      case Source::kX:
-      case Source::kDy: {
-        const int64_t token = c_.row_token[part_.r0 + r];
-        if (token < 0) {
-          std::fill(out, out + cols_, 0.0);
-          return;
-        }
-        v = source_ == Source::kX ? &c_.x : &c_.dy, row = token;
-        break;
-      }
-      case Source::kW1: v = &c_.w1, row = part_.e * rows_ + r; break;
-      case Source::kW2: v = &c_.w2, row = part_.e * rows_ + r; break;
-      default: v = saved_, row = part_.r0 + r; break;
-    }
-    MOENUM_CHECK(v != nullptr, "stage check: the backend saved no a/dh for this GEMM operand");
-    for (int64_t j = 0; j < cols_; ++j) out[j] = v->at(row * cols_ + j);
-  }
-
   const LayerContext& c_;
+  const TensorMap& t_;
   Part part_;
   Source source_;
   int64_t rows_ = 0, cols_ = 0;
-  const View* saved_ = nullptr;  // a or dh
   Matrix whole_;
   bool mx_ = false, columnwise_ = false;
   const View *codes_ = nullptr, *scales_ = nullptr;
