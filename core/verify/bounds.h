@@ -18,6 +18,7 @@
 #include <limits>
 
 #include "moenum/error.h"
+#include "ulp.h"
 
 namespace moenum::verify {
 
@@ -31,12 +32,8 @@ inline double gamma(int64_t n, double u = kU32) {
   return nu / (1.0 - nu);
 }
 
-// Half the fp32 spacing at |c| (the spacing of |c|'s binade, subnormal spacing below 2^-126).
-inline double half_ulp_f32(double c) {
-  int e = 0;
-  std::frexp(std::fabs(c), &e);
-  return std::ldexp(1.0, (c == 0.0 ? -126 : std::max(e - 1, -126)) - 24);
-}
+// Half the fp32 spacing at |c| (ulp.h: the spacing of |c|'s binade, subnormal spacing below 2^-126).
+inline double half_ulp_f32(double c) { return 0.5 * ulp_spacing(c, Grid::kF32); }
 
 // Smallest fp32 value >= x and largest <= x (as double).
 inline double ceil_f32(double x) {
