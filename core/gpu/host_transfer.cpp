@@ -3,39 +3,14 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <map>
+#include <memory>
 #include <mutex>
 
 #include "cuda_check.h"
 
 namespace moenum::gpu {
 namespace {
-
-// The pinned pair, allocated at the first large copy and kept: pinning costs milliseconds per call.
-struct Staging {
-  std::mutex mutex;
-  void* buf[2] = {nullptr, nullptr};
-  size_t bytes = 0;
-  cudaEvent_t done[2] = {nullptr, nullptr};
-
-  void ensure(size_t n) {
-    if (bytes >= n) return;
-    for (int i = 0; i < 2; ++i) {
-      if (buf[i]) MOENUM_CUDA_CHECK(cudaFreeHost(buf[i]));
-      buf[i] = nullptr;
-    }
-    bytes = 0;
-    for (int i = 0; i < 2; ++i) {
-      MOENUM_CUDA_CHECK(cudaMallocHost(&buf[i], n));
-      if (!done[i]) MOENUM_CUDA_CHECK(cudaEventCreateWithFlags(&done[i], cudaEventDisableTiming));
-    }
-    bytes = n;
-  }
-};
-
-Staging& staging() {
-  static Staging* s = new Staging;  // never destroyed: no CUDA calls after the runtime shuts down
-  return *s;
-}
 
 void parallel_memcpy(void* dst, const void* src, size_t n) {
   constexpr size_t kPiece = size_t{1} << 20;
@@ -49,54 +24,98 @@ void parallel_memcpy(void* dst, const void* src, size_t n) {
   }
 }
 
+// The shared staging of each chunk size (tests use small chunks), never destroyed: no CUDA calls
+// after the runtime shuts down.
+struct SharedStaging {
+  std::mutex mutex;
+  HostStaging staging;
+  explicit SharedStaging(size_t chunk) : staging(chunk) {}
+};
+
+SharedStaging& shared_staging(size_t chunk) {
+  static auto* by_chunk = new std::map<size_t, std::unique_ptr<SharedStaging>>;
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& s = (*by_chunk)[chunk];
+  if (!s) s = std::make_unique<SharedStaging>(chunk);
+  return *s;
+}
+
+// Small copies gain nothing from staging.
+bool plain_copy(size_t bytes, size_t chunk) { return bytes < std::min(kStagedCopyMin, 2 * chunk); }
+
 }  // namespace
 
-void copy_to_host(void* dst, const void* src_device, size_t bytes, cudaStream_t s, size_t chunk) {
-  if (bytes < std::min(kStagedCopyMin, 2 * chunk)) {
-    if (bytes) MOENUM_CUDA_CHECK(cudaMemcpyAsync(dst, src_device, bytes, cudaMemcpyDeviceToHost, s));
-    MOENUM_CUDA_CHECK(cudaStreamSynchronize(s));
-    return;
+HostStaging::~HostStaging() {
+  for (int i = 0; i < 2; ++i) {
+    if (buf_[i]) (void)cudaFreeHost(buf_[i]);
+    if (done_[i]) (void)cudaEventDestroy(done_[i]);
   }
-  Staging& st = staging();
-  std::lock_guard<std::mutex> lock(st.mutex);
-  st.ensure(chunk);
+}
+
+void HostStaging::ensure() {
+  for (int i = 0; i < 2; ++i) {
+    if (!buf_[i]) MOENUM_CUDA_CHECK(cudaMallocHost(&buf_[i], chunk_));
+    if (!done_[i]) MOENUM_CUDA_CHECK(cudaEventCreateWithFlags(&done_[i], cudaEventDisableTiming));
+  }
+}
+
+void HostStaging::to_host(void* dst, const void* src_device, size_t bytes, cudaStream_t s) {
+  if (bytes == 0) return;
+  ensure();
   const auto* src = static_cast<const unsigned char*>(src_device);
   auto* out = static_cast<unsigned char*>(dst);
-  const size_t chunks = (bytes + chunk - 1) / chunk;
+  const size_t chunks = (bytes + chunk_ - 1) / chunk_;
   const auto enqueue = [&](size_t c) {
-    const size_t n = std::min(chunk, bytes - c * chunk);
-    MOENUM_CUDA_CHECK(cudaMemcpyAsync(st.buf[c % 2], src + c * chunk, n, cudaMemcpyDeviceToHost, s));
-    MOENUM_CUDA_CHECK(cudaEventRecord(st.done[c % 2], s));
+    const size_t n = std::min(chunk_, bytes - c * chunk_);
+    MOENUM_CUDA_CHECK(cudaMemcpyAsync(buf_[c % 2], src + c * chunk_, n, cudaMemcpyDeviceToHost, s));
+    MOENUM_CUDA_CHECK(cudaEventRecord(done_[c % 2], s));
   };
   enqueue(0);
   for (size_t c = 0; c < chunks; ++c) {
     if (c + 1 < chunks) enqueue(c + 1);  // the other buffer: drained by the host in iteration c - 1
-    MOENUM_CUDA_CHECK(cudaEventSynchronize(st.done[c % 2]));
-    parallel_memcpy(out + c * chunk, st.buf[c % 2], std::min(chunk, bytes - c * chunk));
+    MOENUM_CUDA_CHECK(cudaEventSynchronize(done_[c % 2]));
+    parallel_memcpy(out + c * chunk_, buf_[c % 2], std::min(chunk_, bytes - c * chunk_));
   }
 }
 
+void HostStaging::to_device(void* dst_device, const void* src, size_t bytes, cudaStream_t s) {
+  if (bytes == 0) return;
+  ensure();
+  const auto* in = static_cast<const unsigned char*>(src);
+  auto* out = static_cast<unsigned char*>(dst_device);
+  const size_t chunks = (bytes + chunk_ - 1) / chunk_;
+  // A buffer's previous DMA must have left it before the host refills it (also across calls).
+  for (size_t c = 0; c < chunks; ++c) {
+    const size_t n = std::min(chunk_, bytes - c * chunk_);
+    MOENUM_CUDA_CHECK(cudaEventSynchronize(done_[c % 2]));
+    parallel_memcpy(buf_[c % 2], in + c * chunk_, n);
+    MOENUM_CUDA_CHECK(cudaMemcpyAsync(out + c * chunk_, buf_[c % 2], n, cudaMemcpyHostToDevice, s));
+    MOENUM_CUDA_CHECK(cudaEventRecord(done_[c % 2], s));
+  }
+  MOENUM_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+void copy_to_host(void* dst, const void* src_device, size_t bytes, cudaStream_t s, size_t chunk) {
+  if (plain_copy(bytes, chunk)) {
+    if (bytes) MOENUM_CUDA_CHECK(cudaMemcpyAsync(dst, src_device, bytes, cudaMemcpyDeviceToHost, s));
+    MOENUM_CUDA_CHECK(cudaStreamSynchronize(s));
+    return;
+  }
+  SharedStaging& st = shared_staging(chunk);
+  std::lock_guard<std::mutex> lock(st.mutex);
+  st.staging.to_host(dst, src_device, bytes, s);
+}
+
 void copy_to_device(void* dst_device, const void* src, size_t bytes, cudaStream_t s, size_t chunk) {
-  if (bytes < std::min(kStagedCopyMin, 2 * chunk)) {
+  if (plain_copy(bytes, chunk)) {
     if (bytes) MOENUM_CUDA_CHECK(cudaMemcpyAsync(dst_device, src, bytes, cudaMemcpyHostToDevice, s));
     MOENUM_CUDA_CHECK(cudaStreamSynchronize(s));
     return;
   }
-  Staging& st = staging();
+  SharedStaging& st = shared_staging(chunk);
   std::lock_guard<std::mutex> lock(st.mutex);
-  st.ensure(chunk);
-  const auto* in = static_cast<const unsigned char*>(src);
-  auto* out = static_cast<unsigned char*>(dst_device);
-  const size_t chunks = (bytes + chunk - 1) / chunk;
-  for (size_t c = 0; c < chunks; ++c) {
-    const size_t n = std::min(chunk, bytes - c * chunk);
-    // the buffer's previous DMA (chunk c - 2) must have left it before the host refills it
-    if (c >= 2) MOENUM_CUDA_CHECK(cudaEventSynchronize(st.done[c % 2]));
-    parallel_memcpy(st.buf[c % 2], in + c * chunk, n);
-    MOENUM_CUDA_CHECK(cudaMemcpyAsync(out + c * chunk, st.buf[c % 2], n, cudaMemcpyHostToDevice, s));
-    MOENUM_CUDA_CHECK(cudaEventRecord(st.done[c % 2], s));
-  }
-  MOENUM_CUDA_CHECK(cudaStreamSynchronize(s));
+  st.staging.to_device(dst_device, src, bytes, s);
 }
 
 }  // namespace moenum::gpu

@@ -85,7 +85,7 @@ void CublasFp64Gemm::gemm_nt(const reference::Matrix& A, const reference::Matrix
   Slot& s = *lease.slot;
   const size_t nk = size_t(N) * size_t(K);
   ensure(s.b, nk);
-  MOENUM_CUDA_CHECK(cudaMemcpyAsync(s.b.get(), B.data(), nk * sizeof(double), cudaMemcpyHostToDevice, s.stream));
+  s.staging.to_device(s.b.get(), B.data(), nk * sizeof(double), s.stream);
   if (S) {
     ensure(s.b_abs, nk);
     abs_f64(s.b_abs.get(), s.b.get(), int64_t(nk), s.stream);
@@ -99,16 +99,13 @@ void CublasFp64Gemm::gemm_nt(const reference::Matrix& A, const reference::Matrix
   for (int64_t i0 = 0; i0 < M; i0 += rows) {
     const int64_t r = std::min(rows, M - i0);
     const size_t rk = size_t(r) * size_t(K), rn = size_t(r) * size_t(N);
-    MOENUM_CUDA_CHECK(cudaMemcpyAsync(s.a.get(), A.data() + i0 * K, rk * sizeof(double), cudaMemcpyHostToDevice,
-                                      s.stream));
+    s.staging.to_device(s.a.get(), A.data() + i0 * K, rk * sizeof(double), s.stream);
     dgemm_nt(s.handle, r, N, K, s.a.get(), s.b.get(), s.c.get());
-    MOENUM_CUDA_CHECK(cudaMemcpyAsync(C.data() + i0 * N, s.c.get(), rn * sizeof(double), cudaMemcpyDeviceToHost,
-                                      s.stream));
+    s.staging.to_host(C.data() + i0 * N, s.c.get(), rn * sizeof(double), s.stream);
     if (S) {
       abs_f64(s.a.get(), s.a.get(), int64_t(rk), s.stream);
       dgemm_nt(s.handle, r, N, K, s.a.get(), s.b_abs.get(), s.s.get());
-      MOENUM_CUDA_CHECK(cudaMemcpyAsync(S->data() + i0 * N, s.s.get(), rn * sizeof(double), cudaMemcpyDeviceToHost,
-                                        s.stream));
+      s.staging.to_host(S->data() + i0 * N, s.s.get(), rn * sizeof(double), s.stream);
     }
   }
   MOENUM_CUDA_CHECK(cudaStreamSynchronize(s.stream));

@@ -3,7 +3,8 @@
 // certificate allows for). One call is one expert's GEMM: B once, then A in row chunks, so device
 // memory stays bounded (a few slots of B, |B| and one chunk each) whatever the number of tokens.
 // Several host threads may call at once: each takes a slot (its own stream, cuBLAS handle and
-// buffers), so transfers of one expert overlap the GEMMs of another.
+// buffers, and a pinned staging pair: a pageable copy runs at a few GB/s), so transfers of one
+// expert overlap the GEMMs of another.
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -15,13 +16,14 @@
 
 #include "device_buffer.h"
 #include "device_gemm.h"
+#include "host_transfer.h"
 
 namespace moenum::gpu {
 
 class CublasFp64Gemm final : public reference::DeviceGemm {
  public:
   // slots: concurrent GEMMs; chunk_bytes: the device memory of one chunk of A with its C (and S) rows.
-  explicit CublasFp64Gemm(int slots = 4, size_t chunk_bytes = size_t{512} << 20);
+  explicit CublasFp64Gemm(int slots = 8, size_t chunk_bytes = size_t{512} << 20);
   ~CublasFp64Gemm() override;
   void gemm_nt(const reference::Matrix& A, const reference::Matrix& B, reference::Matrix& C,
                reference::Matrix* S) override;
@@ -32,6 +34,7 @@ class CublasFp64Gemm final : public reference::DeviceGemm {
     cublasHandle_t handle = nullptr;
     cudaStream_t stream = nullptr;
     DeviceBuffer<double> a, b, b_abs, c, s;
+    HostStaging staging{size_t{32} << 20};
   };
   Slot* acquire();
   void release(Slot* slot);
