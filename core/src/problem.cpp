@@ -3,6 +3,7 @@
 // elements are drawn in parallel.
 #include "moenum/problem.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -14,8 +15,6 @@
 namespace moenum {
 namespace {
 
-// Standard normal from two counter-based uniforms (Box-Muller, cosine branch), with the deterministic
-// log/cos of det_math.h so that every machine draws the same bits.
 // double -> fp32 rounded to nearest; beyond the fp32 range +-inf (a plain cast would be undefined
 // behaviour there), NaN stays NaN.
 float to_f32(double v) {
@@ -27,10 +26,17 @@ float to_f32(double v) {
   return static_cast<float>(v);
 }
 
-double normal_at(uint64_t seed, uint64_t stream, uint64_t i) {
-  double u1 = rng::uniform(seed, stream, 2 * i);
-  double u2 = rng::uniform(seed, stream, 2 * i + 1);
-  return std::sqrt(-2.0 * det::log(u1)) * det::cos_2pi(u2);
+// Standard normals of elements [i0, i0 + n), n <= det::kBatch, into v: sqrt(-2 log u1) cos(2 pi u2),
+// element i drawing u1, u2 at counters 2i, 2i + 1.
+void normals_at(uint64_t seed, uint64_t stream, uint64_t i0, int n, double* v) {
+  double u1[det::kBatch], u2[det::kBatch], log_u1[det::kBatch], cos_u2[det::kBatch];
+  for (int j = 0; j < n; ++j) {
+    u1[j] = rng::uniform(seed, stream, 2 * (i0 + j));
+    u2[j] = rng::uniform(seed, stream, 2 * (i0 + j) + 1);
+  }
+  det::log_batch(u1, log_u1, n);
+  det::cos_2pi_batch(u2, cos_u2, n);
+  for (int j = 0; j < n; ++j) v[j] = std::sqrt(-2.0 * log_u1[j]) * cos_u2[j];
 }
 
 InputRegime regime_for(const Scenario& sc, const std::string& name) {
@@ -68,24 +74,29 @@ Tensor draw(const Scenario& sc, const std::string& name, uint64_t stream, std::v
   const double std_dev = regime_std(reg, default_std);
   const bool uniform = reg.regime == "uniform" || reg.dist == "uniform";
   const bool special = reg.regime == "special";
-  const int64_t n = t.size();
+  const int64_t n = t.size(), blocks = (n + det::kBatch - 1) / det::kBatch;
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    double v;
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t i0 = blk * det::kBatch;
+    const int len = int(std::min<int64_t>(det::kBatch, n - i0));
+    double v[det::kBatch];
     if (uniform) {  // same std as the normal: U(-sqrt(3), sqrt(3))
-      v = (2.0 * rng::uniform(sc.seed, stream, i) - 1.0) * std::sqrt(3.0);
+      for (int j = 0; j < len; ++j) v[j] = (2.0 * rng::uniform(sc.seed, stream, i0 + j) - 1.0) * std::sqrt(3.0);
     } else {
-      v = normal_at(sc.seed, stream, i);
+      normals_at(sc.seed, stream, uint64_t(i0), len, v);
     }
-    v *= std_dev;
-    if (reg.outlier_fraction > 0.0 &&
-        rng::uniform(sc.seed, rng::kOutliers * 64 + stream, i) < reg.outlier_fraction)
-      v *= reg.outlier_scale;
-    if (special)
-      if (const auto sv = special_value(reg.special, sc.seed, stream, uint64_t(i))) v = *sv;
-    // double -> float: the draws stay far inside the fp32 range, except stated values and scaled
-    // bands, which round (overflow to +-inf) as IEEE says; then one rounding to bf16.
-    out[i] = round_bf16(to_f32(v));
+    for (int j = 0; j < len; ++j) {
+      const int64_t i = i0 + j;
+      v[j] *= std_dev;
+      if (reg.outlier_fraction > 0.0 &&
+          rng::uniform(sc.seed, rng::kOutliers * 64 + stream, i) < reg.outlier_fraction)
+        v[j] *= reg.outlier_scale;
+      if (special)
+        if (const auto sv = special_value(reg.special, sc.seed, stream, uint64_t(i))) v[j] = *sv;
+      // double -> float: the draws stay far inside the fp32 range, except stated values and scaled
+      // bands, which round (overflow to +-inf) as IEEE says; then one rounding to bf16.
+      out[i] = round_bf16(to_f32(v[j]));
+    }
   }
   return t;
 }

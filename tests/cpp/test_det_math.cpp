@@ -64,4 +64,29 @@ TEST(DetMath, OutputBitsArePinned) {
   EXPECT_EQ(h, 0x27ba98070eaece51ull) << std::hex << h;
 }
 
+// The batches are bitwise the scalar functions, whatever the batch's length and its mix of
+// branches, special inputs included.
+TEST(DetMath, BatchesAreBitwiseTheScalarFunctions) {
+  using moenum::det::kBatch;
+  const double specials[] = {0.0, -0.0, -1.0, INFINITY, -INFINITY, NAN, 0x1p-1074, 0x1p-1030, 1.0, 0.125, 0.25, 0.5};
+  for (int len : {1, 7, kBatch - 1, kBatch}) {
+    for (uint64_t round = 0; round < 40; ++round) {
+      double x[kBatch], u[kBatch], lg[kBatch], cs[kBatch];
+      for (int j = 0; j < len; ++j) {
+        const double r = moenum::rng::uniform(13, round, uint64_t(j));
+        x[j] = (j % 17 == 3) ? specials[(j + round) % std::size(specials)] : std::ldexp(r + 0.5, int(j % 300) - 150);
+        u[j] = (j % 13 == 5) ? specials[(j + round) % std::size(specials)] : (r - 0.5) * double(1 + round % 9);
+      }
+      moenum::det::log_batch(x, lg, len);
+      moenum::det::cos_2pi_batch(u, cs, len);
+      for (int j = 0; j < len; ++j) {
+        const double l = moenum::det::log(x[j]), c = moenum::det::cos_2pi(u[j]);
+        EXPECT_EQ(std::memcmp(&lg[j], &l, 8), 0) << "log(" << x[j] << "): " << lg[j] << " vs " << l;
+        if (!std::isnan(u[j]) && !std::isinf(u[j]))
+          EXPECT_EQ(std::memcmp(&cs[j], &c, 8), 0) << "cos_2pi(" << u[j] << "): " << cs[j] << " vs " << c;
+      }
+    }
+  }
+}
+
 }  // namespace
