@@ -6,28 +6,32 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <limits>
+
+#include "moenum/hd.h"
 
 namespace moenum::det {
 
 namespace detail {
-inline uint64_t bits(double x) {
+MOENUM_HD uint64_t bits(double x) {
   uint64_t u;
   std::memcpy(&u, &x, 8);
   return u;
 }
-inline double from_bits(uint64_t u) {
+MOENUM_HD double from_bits(uint64_t u) {
   double x;
   std::memcpy(&x, &u, 8);
   return x;
 }
+// Constants as bits: the same expressions on the host and the device.
+MOENUM_HD double infinity() { return from_bits(0x7FF0000000000000ull); }
+MOENUM_HD double quiet_nan() { return from_bits(0x7FF8000000000000ull); }
 // c ? a : b by masks: compilers turn a plain ?: on doubles into a branch, which random lanes mispredict.
-inline double select(bool c, double a, double b) {
+MOENUM_HD double select(bool c, double a, double b) {
   const uint64_t m = uint64_t{0} - uint64_t{c};
   return from_bits((bits(a) & m) | (bits(b) & ~m));
 }
 // 2^k for k in the normal exponent range, exactly.
-inline double pow2(int k) { return from_bits(static_cast<uint64_t>(k + 1023) << 52); }
+MOENUM_HD double pow2(int k) { return from_bits(static_cast<uint64_t>(k + 1023) << 52); }
 // ln 2 split so that k * kLn2Hi is exact for |k| < 2^11.
 constexpr double kLn2Hi = 6.93147180369123816490e-01;
 constexpr double kLn2Lo = 1.90821492927058770002e-10;
@@ -44,7 +48,7 @@ struct LogArg {
   int e;
 };
 // Written with selects, not branches: a batch's lanes take either side at random.
-inline LogArg log_arg(double x) {
+MOENUM_HD LogArg log_arg(double x) {
   const bool subnormal = x < 0x1p-1022;  // scale into the normal range first
   x = select(subnormal, x * 0x1p54, x);
   const uint64_t u = bits(x);
@@ -58,21 +62,21 @@ inline LogArg log_arg(double x) {
 }
 constexpr double kLogPolyTop = 1.0 / 25.0;
 constexpr int kLogPolyTerms = 12;  // steps k = 11 .. 0
-inline double log_poly_step(double poly, double z, int k) { return poly * z + 1.0 / (2 * k + 1); }
-inline double log_combine(const LogArg& a, double poly) {
+MOENUM_HD double log_poly_step(double poly, double z, int k) { return poly * z + 1.0 / (2 * k + 1); }
+MOENUM_HD double log_combine(const LogArg& a, double poly) {
   const double log_m = 2.0 * a.s * poly;
   return a.e * kLn2Hi + (log_m + a.e * kLn2Lo);
 }
-inline bool log_is_plain(double x) { return x > 0 && x < std::numeric_limits<double>::infinity(); }
-inline double log_special(double x) {  // x not plain: NaN, negative, zero or +inf
-  if (std::isnan(x) || x < 0) return std::numeric_limits<double>::quiet_NaN();
-  if (x == 0) return -std::numeric_limits<double>::infinity();
+MOENUM_HD bool log_is_plain(double x) { return x > 0 && x < detail::infinity(); }
+MOENUM_HD double log_special(double x) {  // x not plain: NaN, negative, zero or +inf
+  if (std::isnan(x) || x < 0) return detail::quiet_nan();
+  if (x == 0) return -detail::infinity();
   return x;
 }
 }  // namespace detail
 
 // Natural logarithm (detail::log_arg).
-inline double log(double x) {
+MOENUM_HD double log(double x) {
   if (!detail::log_is_plain(x)) return detail::log_special(x);
   const detail::LogArg a = detail::log_arg(x);
   double poly = detail::kLogPolyTop;
@@ -81,9 +85,9 @@ inline double log(double x) {
 }
 
 // e^x: x = k ln2 + r, |r| <= ln2/2, e^r by its Taylor series, then scaled by 2^k.
-inline double exp(double x) {
+MOENUM_HD double exp(double x) {
   if (std::isnan(x)) return x;
-  if (x > 709.782712893384) return std::numeric_limits<double>::infinity();
+  if (x > 709.782712893384) return detail::infinity();
   if (x < -745.1332191019412) return 0.0;
   const double k = std::floor(x * detail::kInvLn2 + 0.5);
   const double r = (x - k * detail::kLn2Hi) - k * detail::kLn2Lo;
@@ -98,7 +102,7 @@ inline double exp(double x) {
 }
 
 // x^y for x > 0.
-inline double pow(double x, double y) { return x == 1.0 || y == 0.0 ? 1.0 : det::exp(y * det::log(x)); }
+MOENUM_HD double pow(double x, double y) { return x == 1.0 || y == 0.0 ? 1.0 : det::exp(y * det::log(x)); }
 
 namespace detail {
 // cos(2 pi u) reduced: a in [0, 1/8] by the symmetries of cos, x = 2 pi a in [0, pi/4];
@@ -108,7 +112,7 @@ struct Cos2PiArg {
   double z, scale;
   bool use_sin;
 };
-inline Cos2PiArg cos_2pi_arg(double u) {  // with selects, as log_arg
+MOENUM_HD Cos2PiArg cos_2pi_arg(double u) {  // with selects, as log_arg
   double a = std::fabs(u - std::floor(u + 0.5));  // [0, 1/2]
   const bool flip = a > 0.25;                      // cos(2 pi a) = -cos(2 pi (1/2 - a))
   a = select(flip, 0.5 - a, a);
@@ -118,13 +122,13 @@ inline Cos2PiArg cos_2pi_arg(double u) {  // with selects, as log_arg
   return {x * x, select(use_sin, sign * x, sign), use_sin};
 }
 // The series' highest term n, stepping down by 2 to 2 (cos) or 3 (sin): p = 1 - p z / (n (n-1)).
-inline int cos_poly_top(bool use_sin) { return use_sin ? 19 : 20; }
-inline int cos_poly_last(bool use_sin) { return use_sin ? 3 : 2; }
-inline double cos_poly_step(double p, double z, int n) { return 1.0 - p * z / (n * (n - 1)); }
+MOENUM_HD int cos_poly_top(bool use_sin) { return use_sin ? 19 : 20; }
+MOENUM_HD int cos_poly_last(bool use_sin) { return use_sin ? 3 : 2; }
+MOENUM_HD double cos_poly_step(double p, double z, int n) { return 1.0 - p * z / (n * (n - 1)); }
 }  // namespace detail
 
 // cos(2 pi u) (detail::cos_2pi_arg).
-inline double cos_2pi(double u) {
+MOENUM_HD double cos_2pi(double u) {
   const detail::Cos2PiArg a = detail::cos_2pi_arg(u);
   double p = 1.0;
   for (int n = detail::cos_poly_top(a.use_sin); n >= detail::cos_poly_last(a.use_sin); n -= 2)
