@@ -255,11 +255,12 @@ if want profile && [ -d /tmp/moenum-py/moenum ]; then
   for point in ${MOENUM_PROFILE_POINTS:-deepseek-v3-ep8 qwen3-30b-a3b}; do
     rm -rf /tmp/moenum-profile
     t1=$SECONDS
-    PYTHONPATH=/tmp/moenum-py timeout 420 ${SPY:+$SPY record --native -r 25 -f raw -o "$OUT/profile-$point.raw" --} \
+    raw=/tmp/moenum-profile-$point.raw  # large, and only the summary below is read: kept off $OUT
+    PYTHONPATH=/tmp/moenum-py timeout 420 ${SPY:+$SPY record --native -r 25 -f raw -o "$raw" --} \
       python3 -m moenum run bench/scenarios/$point.yaml -o /tmp/moenum-profile >"$OUT/profile-$point.log" 2>&1 \
       || status=FAILED
     wall=$((SECONDS - t1))
-    [ -s "$OUT/profile-$point.raw" ] && python3 bench/profile_parts.py "$OUT/profile-$point.raw" --seconds $wall --top 60 \
+    [ -s "$raw" ] && python3 bench/profile_parts.py "$raw" --seconds $wall --top 60 \
       >"$OUT/profile-$point.md" 2>&1
     rows+=("$point ${wall} s: $(grep '^# ' "$OUT/profile-$point.log" | tail -1)")
   done
