@@ -1,6 +1,6 @@
 """Where a `moenum run` spends its time, from a py-spy raw (collapsed-stack) profile taken with
 `py-spy record --native -f raw`: the share of the main thread's samples under each part of the runner (a part is the
-first frame of a stack that matches its pattern, outermost first), then the hottest functions.
+first frame of a stack that matches its pattern, outermost first), then the hottest functions, and the hottest leaf functions of every thread (the worker threads too).
 
     python bench/profile_parts.py PROFILE.raw [--seconds WALL]
 """
@@ -35,10 +35,13 @@ def main(argv=None) -> int:
     ap.add_argument("--top", type=int, default=30)
     args = ap.parse_args(argv)
     parts, inclusive, total = collections.Counter(), collections.Counter(), 0
+    leaves, leaf_total = collections.Counter(), 0  # every thread: where the cores' samples land
     for line in open(args.profile):
         stack, _, count = line.rstrip("\n").rpartition(" ")
         n = int(count)
         names = [frame_name(f) for f in stack.split(";")]
+        leaves[names[-1]] += n
+        leaf_total += n
         if "<module>" not in names:  # OpenMP and CUDA worker threads: the main thread's wall time only
             continue
         total += n
@@ -53,6 +56,9 @@ def main(argv=None) -> int:
     print(f"\nhottest functions (inclusive share of {total} samples):")
     for name, n in inclusive.most_common(args.top):
         print(f"{n / total:6.1%}  {name[:160]}")
+    print(f"\nhottest leaf functions, every thread (share of {leaf_total} samples):")
+    for name, n in leaves.most_common(args.top // 2):
+        print(f"{n / leaf_total:6.1%}  {name[:160]}")
     return 0
 
 
