@@ -154,7 +154,9 @@ LayerResult grouped_mlp(const Policy& pol, const Problem& prob, const DispatchPl
   Tensor dw1({E, F2, H}, grad_dt), dw2({E, H, F}, grad_dt), db1({E, F2}, grad_dt), db2({E, H}, grad_dt);
   std::vector<std::array<GemmStats, kNumGemms + 1>> seg_stats(segs.size());
 
-  const auto Q = [&pol](const Matrix& m, Gemm g, Operand op) { return pol.quantize_operand(m, g, op); };
+  // decltype(auto): an identity policy's reference passes through (no copy); a quantizing one's
+  // new matrix is returned by value. Either lives until the end of the GEMM call's full expression.
+  const auto Q = [&pol](const Matrix& m, Gemm g, Operand op) -> decltype(auto) { return pol.quantize_operand(m, g, op); };
 
   FirstError first_error;
 #pragma omp parallel for schedule(dynamic, 1)

@@ -47,7 +47,8 @@ struct GoldenPolicy {
   DeviceGemm* device = nullptr;  // execution.device gpu: the GEMMs there (device_gemm.h); null: the CPU
 
   Real round_act(Real v) const { return v; }
-  Matrix quantize_operand(const Matrix& m, Gemm, Operand) const { return m; }
+  // No quantization: the operand itself, not a copy (a weight operand is hundreds of MB).
+  const Matrix& quantize_operand(const Matrix& m, Gemm, Operand) const { return m; }
   Matrix gemm(const Matrix& A, const Matrix& B, Gemm, const Vector* bias, GemmStats& st) const {
     st.outputs += A.rows() * B.rows();
     if (!device) return gemm_nt_f64_seq(A, B, bias);
@@ -86,8 +87,8 @@ struct ExactRecipePolicy {
   // (NT form: [rows x K], blocks along K = along a row). Identity for fp32 and bf16.
   // An MXFP8 policy derives from Bf16Policy and overrides this (rowwise vs columnwise per
   // is_columnwise(g, op); E4M3 or E5M2 for the gradient operands dy/dh), returning the dequantized
-  // values, which are exact in fp32 and so in the exact GEMM.
-  Matrix quantize_operand(const Matrix& m, Gemm, Operand) const { return m; }
+  // values, which are exact in fp32 and so in the exact GEMM. Identity here: the operand, not a copy.
+  const Matrix& quantize_operand(const Matrix& m, Gemm, Operand) const { return m; }
 
   Matrix gemm(const Matrix& A, const Matrix& B, Gemm, const Vector* bias, GemmStats& st) const {
     Matrix C, S;
