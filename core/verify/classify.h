@@ -59,7 +59,7 @@ inline bool is_failing(Class c, bool bit_exact) {
 
 struct ClassCounts {
   std::array<int64_t, kNumClasses> n{};
-  void add(Class c) { ++n[static_cast<int>(c)]; }
+  void add(Class c, int64_t count = 1) { n[static_cast<int>(c)] += count; }
   ClassCounts& operator+=(const ClassCounts& o) {
     for (int i = 0; i < kNumClasses; ++i) n[i] += o.n[i];
     return *this;

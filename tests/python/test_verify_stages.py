@@ -137,6 +137,31 @@ def test_mx_scale_off_by_one_takes_its_whole_block(tmp_path):
     assert r.first[0] == "fc1_fprop.A.scales"  # scales are compared first
 
 
+def test_mx_stage_tallies_alike_with_and_without_probes(tmp_path):
+    """An expert whose saved bytes equal the reference's is tallied in bulk unless a probe watches
+    the tensor; the counts must be the per-element ones either way, damaged expert or not."""
+    prep, result = _mx_run(tmp_path)
+    codes, dt = result["stages"]["fc1_fprop.A.codes"]
+    scales, sdt = result["stages"]["fc1_fprop.A.scales"]
+    codes, scales = np.array(codes, copy=True), np.array(scales, copy=True)
+    scales[2, 1] += 3
+    codes[3, 40] = (int(codes[3, 40]) ^ 1)
+    result["stages"]["fc1_fprop.A.codes"] = (codes, dt)
+    result["stages"]["fc1_fprop.A.scales"] = (scales, sdt)
+    bulk, _ = stages.check_backend("cpu.eigen", prep, result, "all")
+    watched, _ = stages.check_backend("cpu.eigen", prep, result, "all",
+                                      [("fc1_fprop.A.codes", (0, 0)), ("fc1_fprop.B.codes", (0, 0, 0))])
+    for name in ("fc1_fprop.A", "fc1_fprop.B"):
+        a = next(r for r in bulk if r.stage.name == name)
+        b = next(r for r in watched if r.stage.name == name)
+        assert (a.classes, a.checked, a.failing, a.first) == (b.classes, b.checked, b.failing, b.first)
+        assert a.checked == codes.size + scales.size if name == "fc1_fprop.A" else a.checked > 0
+    a = next(r for r in bulk if r.stage.name == "fc1_fprop.A")
+    assert a.status == "failed" and a.classes["bound_violation"] == 2  # the scale three codes off and the code
+    b = next(r for r in bulk if r.stage.name == "fc1_fprop.B")
+    assert b.status == "passed" and b.classes["bitwise_equal"] == b.checked
+
+
 def test_ulp_steps_walk_the_dtype_grid():
     assert _core.grid_step(1.0, 1, "bf16") == 1.0078125
     assert _core.grid_step(1.0, -1, "bf16") == 1.0 - 2 ** -8
