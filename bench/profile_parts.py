@@ -1,6 +1,9 @@
 """Where a `moenum run` spends its time, from a py-spy raw (collapsed-stack) profile taken with
-`py-spy record --native -f raw`: the share of the main thread's samples under each part of the runner (a part is the
-first frame of a stack that matches its pattern, outermost first), then the hottest functions, and the hottest leaf functions of every thread (the worker threads too).
+`py-spy record --native -f raw`: the share of the main thread's samples under each part of the runner
+(a part is the first frame of a stack that matches its pattern, outermost first), then the hottest
+functions; and, over every thread (the OpenMP workers carry no Python frames), the samples under each
+part of the C++ core with its hottest named functions. Worker names need an unstripped `_core`
+(configure with -DCMAKE_STRIP=/bin/true: pybind11 strips Release modules).
 
     python bench/profile_parts.py PROFILE.raw [--seconds WALL]
 """
@@ -23,9 +26,37 @@ PARTS = [
     ("imports", r"^_find_and_load$"),
 ]
 
+# The C++ core's parts, on any thread: the first pattern (in this order) that a frame of the stack matches.
+CORE_PARTS = [
+    ("stage check: mx", r"::mx_stage\b"),
+    ("stage check: gemm", r"::gemm_stage\b"),
+    ("stage check: elementwise", r"::rowwise_exact_stage\b"),
+    ("stage check: combine, bias, dprobs", r"::(combine|bias_grad|dprobs)_stage\b"),
+    ("golden", r"grouped_mlp<moenum::reference::GoldenPolicy>"),
+    ("reference", r"grouped_mlp<moenum::reference::(Mxfp8Policy|ExactRecipePolicy)"),
+    ("error table", r"moenum::verify::error_stats"),
+    ("GPU backends", r"moenum::gpu::(run_layer|GroupedMlp)"),
+    ("inputs", r"moenum::(generate_problem|prepare)"),
+]
+
 
 def frame_name(frame: str) -> str:
     return re.sub(r" \(.*\)$", "", frame)
+
+
+def named(name: str) -> bool:
+    return not name.startswith("0x")
+
+
+def short(name: str) -> str:
+    """A C++ name without its template arguments and parameters: grouped_mlp<...>(...) -> grouped_mlp."""
+    out, depth = [], 0
+    for ch in name:
+        depth += ch in "<("
+        if depth == 0:
+            out.append(ch)
+        depth -= ch in ">)"
+    return "".join(out)
 
 
 def main(argv=None) -> int:
@@ -35,13 +66,16 @@ def main(argv=None) -> int:
     ap.add_argument("--top", type=int, default=30)
     args = ap.parse_args(argv)
     parts, inclusive, total = collections.Counter(), collections.Counter(), 0
-    leaves, leaf_total = collections.Counter(), 0  # every thread: where the cores' samples land
+    core, core_leaves = collections.Counter(), collections.defaultdict(collections.Counter)
     for line in open(args.profile):
         stack, _, count = line.rstrip("\n").rpartition(" ")
         n = int(count)
         names = [frame_name(f) for f in stack.split(";")]
-        leaves[names[-1]] += n
-        leaf_total += n
+        part = next((label for label, pat in CORE_PARTS if any(re.search(pat, name) for name in names)), None)
+        if part:
+            core[part] += n
+            leaf = next((name for name in reversed(names) if named(name)), "?")
+            core_leaves[part][short(leaf)[:100]] += n
         if "<module>" not in names:  # OpenMP and CUDA worker threads: the main thread's wall time only
             continue
         total += n
@@ -56,9 +90,12 @@ def main(argv=None) -> int:
     print(f"\nhottest functions (inclusive share of {total} samples):")
     for name, n in inclusive.most_common(args.top):
         print(f"{n / total:6.1%}  {name[:160]}")
-    print(f"\nhottest leaf functions, every thread (share of {leaf_total} samples):")
-    for name, n in leaves.most_common(args.top // 2):
-        print(f"{n / leaf_total:6.1%}  {name[:160]}")
+    # Samples of every thread, in units of the main thread's samples: 16 busy cores for a second
+    # count as 16 seconds of core time.
+    print("\n| core part, every thread | core-seconds | hottest named leaf functions |\n|---|---|---|")
+    for label, n in core.most_common():
+        hot = "; ".join(f"{name} {m / n:.0%}" for name, m in core_leaves[label].most_common(5))
+        print(f"| {label} | {n * scale:.1f} | {hot} |")
     return 0
 
 
