@@ -19,7 +19,15 @@ struct UlpBuckets {
   double max_ulp = 0.0;  // the largest finite distance
   int64_t le0 = 0, le1 = 0, le2 = 0, gt2 = 0;  // 0, (0, 1], (1, 2], beyond 2 (or NaN against a number)
   double max_abs = 0.0;  // the largest absolute difference (NaN-free)
-  void add(double ulps, double absdiff);
+  // Without data-dependent branches: the table's loop runs this for every element of every pair.
+  void add(double ulps, double absdiff) {
+    le0 += ulps == 0.0;
+    le1 += (ulps != 0.0) & (ulps <= 1.0);
+    le2 += (ulps > 1.0) & (ulps <= 2.0);
+    gt2 += !(ulps <= 2.0);  // NaN too
+    max_ulp = ulps > max_ulp ? ulps : max_ulp;
+    max_abs = absdiff > max_abs ? absdiff : max_abs;
+  }
   UlpBuckets& operator+=(const UlpBuckets& o);
 };
 

@@ -70,16 +70,21 @@ inline double pow2_exact(int p) {
 
 inline double ulp_spacing(double ref, Grid g) { return pow2_exact(ulp_spacing_exponent(ref, g)); }
 
-inline double ulp_distance(double v, double ref, Grid g) {
-  const bool nv = std::isnan(v), nr = std::isnan(ref);
-  if (nv || nr) return nv && nr ? 0.0 : std::numeric_limits<double>::infinity();
-  if (v == ref) return 0.0;
+// ulp_distance of two finite values (the error table's hot loop): no early return is needed, since
+// v == ref gives a zero difference and an overflowing difference +inf, either way the product below.
+inline double ulp_distance_finite(double v, double ref, Grid g) {
   const double d = std::fabs(v - ref);
-  if (!std::isfinite(d)) return std::numeric_limits<double>::infinity();
   // dividing by a power of two is multiplying by its reciprocal (one rounding of the same value),
   // and a multiply is several times cheaper; the reciprocal exists unless the spacing is below 2^-1023
   const int p = ulp_spacing_exponent(ref, g);
   return p >= -1023 ? d * pow2_exact(-p) : d / pow2_exact(p);
+}
+
+inline double ulp_distance(double v, double ref, Grid g) {
+  const bool nv = std::isnan(v), nr = std::isnan(ref);
+  if (nv || nr) return nv && nr ? 0.0 : std::numeric_limits<double>::infinity();
+  if (v == ref) return 0.0;  // the same infinity (inf - inf would be NaN)
+  return ulp_distance_finite(v, ref, g);  // an infinity against anything else: +inf
 }
 
 // Integer position on the grid, monotone in the value, +0 and -0 both 0.
