@@ -27,7 +27,7 @@ void upload_bf16(DeviceBuffer<uint16_t>& d, std::span<const float> v, cudaStream
 }
 
 Tensor bf16_tensor(const DeviceBuffer<uint16_t>& d, std::vector<int64_t> shape, cudaStream_t s) {
-  Tensor t(std::move(shape), "bf16");
+  Tensor t = Tensor::for_overwrite(std::move(shape), "bf16");  // every element set by the loop below
   const int64_t n = t.size();
   MOENUM_CHECK(static_cast<int64_t>(d.size()) == n, "bf16 download size mismatch");
   TensorBuffer<uint16_t> h(d.size());
@@ -39,7 +39,7 @@ Tensor bf16_tensor(const DeviceBuffer<uint16_t>& d, std::vector<int64_t> shape, 
 }
 
 Tensor fp32_tensor(const std::vector<const DeviceBuffer<float>*>& parts, std::vector<int64_t> shape, cudaStream_t s) {
-  Tensor t(std::move(shape), "fp32");
+  Tensor t = Tensor::for_overwrite(std::move(shape), "fp32");  // the parts cover it (checked below)
   const std::span<float> out = t.f32();
   size_t at = 0;
   for (auto* p : parts) {
@@ -52,7 +52,7 @@ Tensor fp32_tensor(const std::vector<const DeviceBuffer<float>*>& parts, std::ve
 }
 
 Tensor u8_tensor(const DeviceBuffer<uint8_t>& d, std::vector<int64_t> shape, const char* dtype, cudaStream_t s) {
-  Tensor t(std::move(shape), dtype);
+  Tensor t = Tensor::for_overwrite(std::move(shape), dtype);
   MOENUM_CHECK(static_cast<int64_t>(d.size()) == t.size(), "fp8/e8m0 download size mismatch");
   d.download_to(t.u8().data(), s);
   return t;

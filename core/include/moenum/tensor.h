@@ -60,15 +60,10 @@ struct Tensor {
   std::string dtype = "fp32";  // logical dtype: fp64 | fp32 | bf16 | e4m3 | e5m2 | e8m0
 
   Tensor() = default;
-  Tensor(std::vector<int64_t> s, std::string dt) : shape(std::move(s)), dtype(std::move(dt)) {
-    const size_t n = size_t(count(shape));
-    switch (storage_of(dtype)) {
-      case Storage::kF32: values_ = TensorBuffer<float>(n); break;
-      case Storage::kF64: values_ = TensorBuffer<double>(n); break;
-      case Storage::kU8: values_ = TensorBuffer<uint8_t>(n); break;
-    }
-    zero_fill(bytes(), n * itemsize());
-  }
+  Tensor(std::vector<int64_t> s, std::string dt) : Tensor(std::move(s), std::move(dt), true) {}
+  // Storage left uninitialised, for a producer that writes every element with all cores (a device
+  // download through the staged copies, a parallel conversion): zeroing first would touch it twice.
+  static Tensor for_overwrite(std::vector<int64_t> s, std::string dt) { return Tensor(std::move(s), std::move(dt), false); }
 
   static int64_t count(const std::vector<int64_t>& s) {
     return std::accumulate(s.begin(), s.end(), int64_t{1}, [](int64_t a, int64_t b) { return a * b; });
@@ -124,6 +119,15 @@ struct Tensor {
   }
 
  private:
+  Tensor(std::vector<int64_t> s, std::string dt, bool zeroed) : shape(std::move(s)), dtype(std::move(dt)) {
+    const size_t n = size_t(count(shape));
+    switch (storage_of(dtype)) {
+      case Storage::kF32: values_ = TensorBuffer<float>(n); break;
+      case Storage::kF64: values_ = TensorBuffer<double>(n); break;
+      case Storage::kU8: values_ = TensorBuffer<uint8_t>(n); break;
+    }
+    if (zeroed) zero_fill(bytes(), n * itemsize());
+  }
   template <class V>
   V* checked(V* v) const {
     if (!v) throw InternalError("tensor: " + dtype + " values are not stored as the type asked for");
