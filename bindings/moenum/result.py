@@ -40,7 +40,11 @@ class RunResult:
         """Read one output (or `stages/<name>`) of one backend from the results file."""
         import h5py
         with h5py.File(self.path, "r") as f:
-            return f[f"results/{backend}/{name}"][()]
+            key = f"results/{backend}/{name}"
+            if key not in f and backend in f["results"] and "/" not in name \
+                    and yaml.safe_load(f.attrs["scenario_yaml"]).get("output", {}).get("results") == "summary":
+                raise KeyError(f"{key}: not in {self.path} (the point ran with output.results: summary)")
+            return f[key][()]
 
     @property
     def tokens_per_expert(self) -> np.ndarray:

@@ -158,12 +158,14 @@ def _write_large(tmp: Path, payload: int, contents: tuple) -> None:
 
 def write_results(path, attrs: dict, prepared, results: dict, table: pd.DataFrame, checks: dict,
                   write_inputs: bool, write_stages: bool, diffs: dict | None = None,
-                  extra_tables: dict | None = None) -> Path:
-    """Write one scenario point's results file atomically; returns its path."""
+                  extra_tables: dict | None = None, write_outputs: bool = True) -> Path:
+    """Write one scenario point's results file atomically; returns its path. write_outputs false
+    (output.results: summary): the backends' groups keep their attributes, not their tensors."""
     path = Path(path)
     tmp = temporary_path(path)
-    contents = (attrs, prepared, results, table, checks, write_inputs, write_stages, diffs, extra_tables)
-    payload = _payload_bytes(prepared, results, write_inputs, write_stages)
+    contents = (attrs, prepared, results, table, checks, write_inputs, write_stages, diffs, extra_tables,
+                write_outputs)
+    payload = _payload_bytes(prepared, results, write_inputs, write_stages, write_outputs)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         if payload <= IN_MEMORY_LIMIT:
@@ -182,7 +184,8 @@ def write_results(path, attrs: dict, prepared, results: dict, table: pd.DataFram
     return path
 
 
-def _fill(f, attrs, prepared, results, table, checks, write_inputs, write_stages, diffs, extra_tables) -> None:
+def _fill(f, attrs, prepared, results, table, checks, write_inputs, write_stages, diffs, extra_tables,
+          write_outputs) -> None:
     """Every group, dataset and attribute of one results file, into the open HDF5 file f."""
     for key, value in attrs.items():
         f.attrs[key] = value
@@ -212,7 +215,7 @@ def _fill(f, attrs, prepared, results, table, checks, write_inputs, write_stages
                         "seconds": float(r.get("seconds", 0.0))})
         for key, value in r.get("attrs", {}).items():
             g.attrs[key] = value
-        for name, (values, dtype) in r.get("outputs", {}).items():
+        for name, (values, dtype) in (r.get("outputs", {}) if write_outputs else {}).items():
             _dataset(g, name, _storage(values, dtype), dtype)
         if write_stages and r.get("stages"):
             st = g.create_group("stages")
@@ -247,9 +250,9 @@ def _file_image(name, *contents) -> bytes:
         return f.id.get_file_image()
 
 
-def _payload_bytes(prepared, results, write_inputs, write_stages) -> int:
+def _payload_bytes(prepared, results, write_inputs, write_stages, write_outputs) -> int:
     """The array bytes a results file holds (its size, uncompressed)."""
-    groups = [r.get("outputs", {}) for r in results.values()]
+    groups = [r.get("outputs", {}) for r in results.values()] if write_outputs else []
     if write_stages:
         groups += [r.get("stages", {}) for r in results.values()]
     n = sum(np.asarray(v).nbytes for g in groups for v, _ in g.values())

@@ -210,7 +210,8 @@ def _run_point(sc: Scenario, out, backends, injections, run_backend, transport_a
     attrs = {**root_attributes(sc.to_yaml()), **results_attributes(cfg), **transport_attrs}
     write_results(path, attrs, prepared, results, table, checks,
                   write_inputs=cfg["output"]["inputs"], write_stages=cfg["output"]["intermediates"],
-                  diffs=diffs, extra_tables={"stages": table_to_records(stages_df)} if reports else None)
+                  diffs=diffs, extra_tables={"stages": table_to_records(stages_df)} if reports else None,
+                  write_outputs=cfg["output"]["results"] == "full")
     return RunResult(path=path, name=sc.name, errors=table,
                      disposition={n: r["disposition"] for n, r in results.items()},
                      reasons={n: r.get("reason", "") for n, r in results.items()},

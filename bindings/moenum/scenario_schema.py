@@ -133,6 +133,11 @@ SCHEMA: dict[str, Any] = {
         "inputs": Key(bool, False),
         "intermediates": Key(bool, False),
         "diffs": Key(str, "summary", choices=("summary", "full")),
+        # full: every backend's outputs and gradients under /results/<backend>/; summary: only the
+        # groups' attributes (disposition, reason, seconds, ...), with the tables and checks as ever.
+        # For production shapes, whose tensors are tens of GB per point; such a point takes no part in
+        # the campaign's cross-point invariance checks, which compare the tensors.
+        "results": Key(str, "full", choices=("full", "summary")),
     },
     # Where golden and reference compute their fp64 GEMMs (reference/device_gemm.h): auto = the GPU when
     # this build has CUDA and a device is usable, else the CPU; gpu without one is an environment

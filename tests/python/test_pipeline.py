@@ -77,6 +77,26 @@ def test_error_table_reads_back_with_documented_columns(tmp_path, tiny_config):
     assert 0 < y.rel_fro < 2e-2 and y.max_ulp >= 0.5
 
 
+def test_results_summary_writes_the_tables_not_the_tensors(tmp_path, tiny_config):
+    full = run_cfg(tiny_config, tmp_path / "full")
+    summary = run_cfg(tiny_config, tmp_path / "summary", output__results="summary")
+    assert summary.disposition == full.disposition and summary.checks == full.checks
+    with h5py.File(full.path) as f, h5py.File(summary.path) as g:
+        for backend in full.disposition:
+            assert set(f[f"results/{backend}"]) >= {"y", "dw1"}
+            assert len(g[f"results/{backend}"]) == 0  # the group, with its attributes only
+            attrs = lambda h: {k: v for k, v in h[f"results/{backend}"].attrs.items() if k != "seconds"}
+            assert attrs(g) == attrs(f)
+        assert set(g["tables"]) == set(f["tables"]) and set(g["checks"]) == set(f["checks"])
+        assert summary.path.stat().st_size < full.path.stat().st_size
+    back = moenum.open_results(summary.path)
+    np.testing.assert_array_equal(back.errors.max_abs.to_numpy(), full.errors.max_abs.to_numpy())
+    with pytest.raises(KeyError, match="output.results: summary"):
+        back.tensor("reference", "y")
+    # no tensors to compare: the point takes no part in cross-point invariance checks
+    assert moenum.verify.invariance_checks([full, back]) == {}
+
+
 def test_golden_invariant_across_ep_and_padding(tmp_path, tiny_config):
     cfg = copy.deepcopy(tiny_config)
     cfg["model"].update(experts=8)
