@@ -97,6 +97,8 @@ struct Mxfp8Policy : Bf16Policy {
   // caller (first_error.h); the recipe runners call check_config first, so that a bad configuration
   // is refused before any work.
   MxOperand quantize_codes(const Matrix& m, Gemm g, Operand op) const;
+  // The ConfigError above when K (the NT form's row length) is not a multiple of 32.
+  void check_blocks(int64_t K, Gemm g, Operand op) const;
 
   // THE QUANTIZATION HOOK (numeric_policy.h): the dequantized values of quantize_codes.
   Matrix quantize_operand(const Matrix& m, Gemm g, Operand op) const;

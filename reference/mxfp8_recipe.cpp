@@ -28,38 +28,64 @@ Mxfp8Policy Mxfp8Policy::from_scenario(const Scenario& sc) {
   return pol;
 }
 
-MxOperand Mxfp8Policy::quantize_codes(const Matrix& m, Gemm g, Operand op) const {
-  const int64_t rows = m.rows(), K = m.cols();
-  if (K % kMxBlock != 0) {
-    const std::string what = std::string(gemm_name(g)) + (op == Operand::kA ? ".A" : ".B");
-    if (layer::blocks_along_tokens(g))
-      config_error("dispatch.padding",
-                   "mxfp8 quantizes " + what + " columnwise in blocks of 32 rows along the tokens of each "
-                   "expert segment, but a segment has " + std::to_string(K) +
-                   " rows (use router, router_post, module or hybridep padding with align a multiple of 32)");
-    const bool ffn = g == Gemm::kFc2Fprop || g == Gemm::kFc1Dgrad;
-    config_error(ffn ? "model.ffn" : "model.hidden",
-                 "mxfp8 quantizes " + what + " in blocks of 32 along a reduction dim of " + std::to_string(K) +
-                     ": hidden and ffn must be multiples of 32");
+void Mxfp8Policy::check_blocks(int64_t K, Gemm g, Operand op) const {
+  if (K % kMxBlock == 0) return;
+  const std::string what = std::string(gemm_name(g)) + (op == Operand::kA ? ".A" : ".B");
+  if (layer::blocks_along_tokens(g))
+    config_error("dispatch.padding",
+                 "mxfp8 quantizes " + what + " columnwise in blocks of 32 rows along the tokens of each "
+                 "expert segment, but a segment has " + std::to_string(K) +
+                 " rows (use router, router_post, module or hybridep padding with align a multiple of 32)");
+  const bool ffn = g == Gemm::kFc2Fprop || g == Gemm::kFc1Dgrad;
+  config_error(ffn ? "model.ffn" : "model.hidden",
+               "mxfp8 quantizes " + what + " in blocks of 32 along a reduction dim of " + std::to_string(K) +
+                   ": hidden and ffn must be multiples of 32");
+}
+
+namespace {
+
+// Every block of 32 consecutive elements of m (its rows are whole blocks long, so a block never
+// crosses a row), quantized one at a time from the fp64 values (bf16 or fp32 values: exact in
+// float), without a whole-operand float copy: fn(offset of the block, its 32 codes, its scale code).
+template <class Fn>
+void quantize_blocks(const Matrix& m, Fp8Format f, ScaleRounding r, InvScaleRule inv, Fn&& fn) {
+  const double* v = m.data();
+  for (int64_t off = 0; off < int64_t(m.size()); off += kMxBlock) {
+    float x[kMxBlock];
+    uint8_t q[kMxBlock];
+    for (int i = 0; i < kMxBlock; ++i) x[i] = float(v[off + i]);
+    const uint8_t scale = mx_quantize_block(x, 1, q, 1, f, r, inv);
+    fn(off, q, scale);
   }
+}
+
+}  // namespace
+
+MxOperand Mxfp8Policy::quantize_codes(const Matrix& m, Gemm g, Operand op) const {
+  check_blocks(m.cols(), g, op);
   MxOperand q;
-  q.rows = rows;
-  q.cols = K;
+  q.rows = m.rows();
+  q.cols = m.cols();
   q.format = format(g, op);
-  std::vector<float> x(size_t(rows * K));
-  for (int64_t i = 0; i < rows * K; ++i) x[i] = float(m.data()[i]);  // bf16 values: exact
-  q.codes.resize(size_t(rows * K));
-  q.scales.resize(size_t(rows * (K / kMxBlock)));
-  mx_quantize_rowwise(x.data(), rows, K, q.codes.data(), q.scales.data(), q.format, scale_rounding, inv_scale);
+  q.codes.resize(size_t(m.size()));
+  q.scales.resize(size_t(m.size() / kMxBlock));
+  quantize_blocks(m, q.format, scale_rounding, inv_scale, [&](int64_t off, const uint8_t* codes, uint8_t scale) {
+    std::copy(codes, codes + kMxBlock, q.codes.begin() + off);
+    q.scales[size_t(off / kMxBlock)] = scale;
+  });
   return q;
 }
 
 Matrix Mxfp8Policy::quantize_operand(const Matrix& m, Gemm g, Operand op) const {
-  const MxOperand q = quantize_codes(m, g, op);
-  std::vector<float> y(size_t(q.rows * q.cols));
-  mx_dequantize_rowwise(q.codes.data(), q.scales.data(), q.rows, q.cols, y.data(), q.format);
-  Matrix out(q.rows, q.cols);
-  std::copy(y.begin(), y.end(), out.data());  // exact: every fp32 value is an fp64 value
+  check_blocks(m.cols(), g, op);
+  const Fp8Format f = format(g, op);
+  Matrix out(m.rows(), m.cols());
+  double* y = out.data();
+  quantize_blocks(m, f, scale_rounding, inv_scale, [&](int64_t off, const uint8_t* codes, uint8_t scale) {
+    float d[kMxBlock];
+    mx_dequantize_block(codes, 1, scale, d, 1, f);
+    std::copy(d, d + kMxBlock, y + off);  // exact: every fp32 value is an fp64 value
+  });
   return out;
 }
 
