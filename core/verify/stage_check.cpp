@@ -96,15 +96,13 @@ struct MxCodes {
   std::vector<uint8_t> codes, scales;
 };
 
-MxCodes quantize(const Matrix& m, Direction d, Fp8Format f, ScaleRounding r, InvScaleRule inv) {
-  const int64_t rows = m.rows(), cols = m.cols();
-  std::vector<float> x(static_cast<size_t>(rows * cols));
-  for (int64_t i = 0; i < rows * cols; ++i) x[i] = float(m.data()[i]);
+MxCodes quantize(const float* x, int64_t rows, int64_t cols, Direction d, Fp8Format f, ScaleRounding r,
+                 InvScaleRule inv) {
   MxCodes q;
-  q.codes.resize(x.size());
-  q.scales.resize(x.size() / kMxBlock);
-  if (d == Direction::kRowwise) mx_quantize_rowwise(x.data(), rows, cols, q.codes.data(), q.scales.data(), f, r, inv);
-  else mx_quantize_columnwise(x.data(), rows, cols, q.codes.data(), q.scales.data(), f, r, inv);
+  q.codes.resize(size_t(rows * cols));
+  q.scales.resize(size_t(rows * cols) / kMxBlock);
+  if (d == Direction::kRowwise) mx_quantize_rowwise(x, rows, cols, q.codes.data(), q.scales.data(), f, r, inv);
+  else mx_quantize_columnwise(x, rows, cols, q.codes.data(), q.scales.data(), f, r, inv);
   return q;
 }
 
@@ -150,8 +148,9 @@ MxSpan mx_span(const LayerContext& c, Source s, const Part& p) {
 
 // Row r of the natural-layout operand of a source for one expert: a gathered token row (zeros for a
 // zero pad row), a saved a or dh row, or a row of the expert's weight block.
+template <class T>
 void natural_row(const LayerContext& c, const TensorMap& t, Source s, const Part& p, int64_t r, int64_t cols,
-                 double* out) {
+                 T* out) {
   const View* v = nullptr;
   int64_t row = 0;
   switch (s) {
@@ -159,7 +158,7 @@ void natural_row(const LayerContext& c, const TensorMap& t, Source s, const Part
     case Source::kDy: {
       const int64_t token = c.row_token[p.r0 + r];
       if (token < 0) {
-        std::fill(out, out + cols, 0.0);
+        std::fill(out, out + cols, T(0));
         return;
       }
       v = s == Source::kX ? &c.x : &c.dy, row = token;
@@ -170,15 +169,17 @@ void natural_row(const LayerContext& c, const TensorMap& t, Source s, const Part
     case Source::kW1: v = &c.w1, row = p.e * 2 * c.F + r; break;
     default: v = &c.w2, row = p.e * c.H + r; break;
   }
-  for (int64_t j = 0; j < cols; ++j) out[j] = v->at(row * cols + j);
+  for (int64_t j = 0; j < cols; ++j) out[j] = T(v->at(row * cols + j));  // float: every source is bf16 or fp32
 }
 
 // The natural-layout operand tensor of a source for one expert: [n, cols] rows or the weight block.
-Matrix natural(const LayerContext& c, const TensorMap& t, Source s, const Part& p) {
+// The natural-layout operand of a source for one expert, [n, cols] rows or the weight block, as the
+// floats the quantizer reads (every source holds bf16 or fp32 values).
+TensorBuffer<float> natural_f32(const LayerContext& c, const TensorMap& t, Source s, const Part& p) {
   const MxSpan sp = mx_span(c, s, p);
-  Matrix m(sp.rows, sp.cols);
-  for (int64_t r = 0; r < sp.rows; ++r) natural_row(c, t, s, p, r, sp.cols, m.row(r).data());
-  return m;
+  TensorBuffer<float> x(size_t(sp.rows * sp.cols));
+  for (int64_t r = 0; r < sp.rows; ++r) natural_row(c, t, s, p, r, sp.cols, x.data() + r * sp.cols);
+  return x;
 }
 
 std::string mx_stage_name(int gemm, Operand op) {
@@ -203,9 +204,9 @@ class OperandRows {
     const std::string name = mx_stage_name(gemm, op);
     auto codes = t.find(name + ".codes"), scales = t.find(name + ".scales");
     if (codes == t.end() || scales == t.end()) {  // nothing saved: the quantization of its own tensor
-      const Matrix m = natural(c, t, od.source, p);
-      whole_ = dequantize(quantize(m, od.direction, f, c.recipe.scale_rounding, c.recipe.inv_scale), m.rows(),
-                          m.cols(), od.direction, f);
+      const TensorBuffer<float> x = natural_f32(c, t, od.source, p);
+      whole_ = dequantize(quantize(x.data(), rows_, cols_, od.direction, f, c.recipe.scale_rounding, c.recipe.inv_scale),
+                          rows_, cols_, od.direction, f);
       return;
     }
     mx_ = true;
@@ -425,12 +426,23 @@ std::vector<int64_t> experts_with_rows(const LayerContext& c) {
   return es;
 }
 
+// fn(e, tally) for every expert of es in parallel, the experts with the most rows first: under skewed
+// routing the largest expert would otherwise start last and hold up the loop alone. The tallies
+// merge in expert order, so nothing depends on the schedule.
 template <class Fn>
-void for_experts(const std::vector<int64_t>& es, StageOut& out, Fn&& fn) {
+void for_experts(const LayerContext& c, const std::vector<int64_t>& es, StageOut& out, Fn&& fn) {
   std::vector<Tally> parts(es.size());
+  std::vector<size_t> order(es.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return c.seg_end[es[a]] - c.seg_begin[es[a]] > c.seg_end[es[b]] - c.seg_begin[es[b]];
+  });
   reference::FirstError guard;
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t i = 0; i < int64_t(es.size()); ++i) guard.run([&] { fn(es[i], parts[i]); });
+  for (int64_t k = 0; k < int64_t(es.size()); ++k) {
+    const size_t i = order[size_t(k)];
+    guard.run([&] { fn(es[i], parts[i]); });
+  }
   guard.rethrow();
   for (size_t i = 0; i < es.size(); ++i) {
     out.all.merge(parts[i]);
@@ -463,7 +475,7 @@ void gemm_stage(const StageRun& run, int stage, const SampleSpec& sample, StageO
   std::vector<int64_t> es;
   for (int64_t e = 0; e < c.E; ++e)
     if (wgrad || c.seg_end[e] > c.seg_begin[e]) es.push_back(e);
-  for_experts(es, out, [&](int64_t e, Tally& ty) {
+  for_experts(c, es, out, [&](int64_t e, Tally& ty) {
     const int64_t s = c.seg_begin[e], M = c.seg_end[e] - s;
     const Part part{e, s, M};
     const int64_t out_rows = wgrad ? value.dim(1) : M, cols = wgrad ? value.dim(2) : value.dim(1);
@@ -553,7 +565,7 @@ void rowwise_exact_stage(const StageRun& run, StageOut& out) {
   const View& value = run.t.at(name);
   const so::Round rnd = act_round(c.recipe);
   const bool interval = run.elementwise == ElementwiseRule::kInterval;
-  for_experts(experts_with_rows(c), out, [&](int64_t e, Tally& ty) {
+  for_experts(c, experts_with_rows(c), out, [&](int64_t e, Tally& ty) {
     const int64_t s = c.seg_begin[e], M = c.seg_end[e] - s;
     Vector p(M);
     for (int64_t i = 0; i < M; ++i) p(i) = c.row_prob[s + i];
@@ -629,7 +641,7 @@ void bias_grad_stage(const StageRun& run, StageOut& out) {
   const int64_t cols = db2 ? c.H : 2 * c.F;
   std::vector<int64_t> all(static_cast<size_t>(c.E));
   std::iota(all.begin(), all.end(), 0);
-  for_experts(all, out, [&](int64_t e, Tally& ty) {
+  for_experts(c, all, out, [&](int64_t e, Tally& ty) {
     const int64_t s = c.seg_begin[e], M = c.seg_end[e] - s;
     if (M == 0) {
       for (int64_t j = 0; j < cols; ++j)
@@ -659,7 +671,7 @@ void dprobs_stage(const StageRun& run, StageOut& out) {
   std::vector<char> mapped(size_t(c.T * c.k), 0);
   for (size_t r = 0; r < c.row_slot.size(); ++r)
     if (c.row_slot[r] >= 0) mapped[size_t(c.row_token[r] * c.k + c.row_slot[r])] = 1;
-  for_experts(experts_with_rows(c), out, [&](int64_t e, Tally& ty) {
+  for_experts(c, experts_with_rows(c), out, [&](int64_t e, Tally& ty) {
     std::vector<double> act(static_cast<size_t>(F)), dar(static_cast<size_t>(F)), dyr(static_cast<size_t>(H)), b2(static_cast<size_t>(H));
     for (int64_t j = 0; j < H; ++j) b2[j] = c.b2.at(e * H + j);
     for (int64_t r = c.seg_begin[e]; r < c.seg_end[e]; ++r) {
@@ -715,11 +727,11 @@ void mx_stage(const StageRun& run, StageOut& out) {
   } else {
     es = experts_with_rows(c);
   }
-  for_experts(es, out, [&](int64_t e, Tally& ty) {
+  for_experts(c, es, out, [&](int64_t e, Tally& ty) {
     const Part part{e, c.seg_begin[e], c.seg_end[e] - c.seg_begin[e]};
-    const Matrix m = natural(c, run.t, od.source, part);
-    const MxCodes q = quantize(m, od.direction, f, c.recipe.scale_rounding, c.recipe.inv_scale);
     const MxSpan sp = mx_span(c, od.source, part);
+    const MxCodes q = quantize(natural_f32(c, run.t, od.source, part).data(), sp.rows, sp.cols, od.direction, f,
+                               c.recipe.scale_rounding, c.recipe.inv_scale);
     const int64_t cols = sp.cols;
     const auto scale_of = [&](int64_t i, int64_t j) {  // local scale index of local code (i, j)
       return od.direction == Direction::kRowwise ? i * (cols / kMxBlock) + j / kMxBlock : (i / kMxBlock) * cols + j;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <mutex>
+#include <numeric>
 #include <set>
 
 #include "grouped_mlp.h"
@@ -146,6 +147,18 @@ struct RecordingPolicy : Mxfp8Policy {
   }
 };
 
+// The (rank, local expert) segments in plan order, as grouped_mlp processes them: the most rows
+// first, ties in plan order. On one thread, segment order[k] makes calls 12k .. 12k + 11.
+std::vector<int64_t> processing_order(const DispatchPlan& plan) {
+  std::vector<int64_t> rows;
+  for (const auto& rp : plan.ranks)
+    for (int64_t le = 0; le < plan.experts_per_rank; ++le) rows.push_back(rp.segment_offset[le + 1] - rp.segment_offset[le]);
+  std::vector<int64_t> order(rows.size());
+  std::iota(order.begin(), order.end(), int64_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return rows[a] > rows[b]; });
+  return order;
+}
+
 }  // namespace
 
 // ---- operand rules ----------------------------------------------------------------------------
@@ -263,6 +276,9 @@ TEST(Mxfp8Recipe, GroupedMlpHandsOperandsInNtForm) {
   const LayerResult r = grouped_mlp(pol, prob, plan, stage_opts());
   omp_set_num_threads(saved);
   ASSERT_EQ(pol.calls->size(), size_t(12 * E));
+  const std::vector<int64_t> order = processing_order(plan);
+  std::vector<int64_t> position(order.size());
+  for (size_t k = 0; k < order.size(); ++k) position[size_t(order[k])] = int64_t(k);
   const Matrix X = gathered(prob.x, plan, H), DY = gathered(prob.dy, plan, H);
   const Tensor &a = r.stages.at("a"), &dh = r.stages.at("dh");
   int64_t row0 = 0, seg = 0;
@@ -282,7 +298,7 @@ TEST(Mxfp8Recipe, GroupedMlpHandsOperandsInNtForm) {
           {{int(Gemm::kFc1Wgrad), 0}, DHs.transpose()}, {{int(Gemm::kFc1Wgrad), 1}, Xs.transpose()}};
       std::set<std::pair<int, int>> seen;
       for (int c = 0; c < 12; ++c) {
-        const auto& call = (*pol.calls)[seg * 12 + c];
+        const auto& call = (*pol.calls)[position[size_t(seg)] * 12 + c];
         const std::pair<int, int> key{int(call.g), int(call.op)};
         ASSERT_TRUE(seen.insert(key).second) << "segment " << seg << ": " << opname(call.g, call.op) << " twice";
         EXPECT_TRUE(same_bits(call.input, want.at(key))) << "segment " << seg << ": " << opname(call.g, call.op);
@@ -323,9 +339,10 @@ TEST(Mxfp8Recipe, StagesAreTheBytesTheGemmsWereFed) {
       }
   }
   int64_t checked = 0;
+  const std::vector<int64_t> order = processing_order(plan);
   for (size_t c = 0; c < pol.calls->size(); ++c) {
     const auto& call = (*pol.calls)[c];
-    const int64_t seg = int64_t(c / 12);
+    const int64_t seg = order[c / 12];
     const std::string name = opname(call.g, call.op);
     const Tensor& codes = r.stages.at(name + ".codes");
     const Tensor& scales = r.stages.at(name + ".scales");
