@@ -187,8 +187,9 @@ if want nightly && [ -d /tmp/moenum-py/moenum ]; then
   BASELINE=()
   compgen -G "baselines/sm_*.json" >/dev/null && BASELINE=(--baseline baselines)
   # As a nightly runner calls it (one point at a time, every core): the suite holds the production
-  # points, whose oracles and checks use all cores; issue 11 wants it within 15 minutes.
-  PYTHONPATH=/tmp/moenum-py timeout 580 python3 -m moenum nightly -o /tmp/moenum-nightly \
+  # points, whose oracles and checks use all cores; issue 11 wants it within 15 minutes (the bound here
+  # leaves a device call room for the gpuref stage after it).
+  PYTHONPATH=/tmp/moenum-py timeout 400 python3 -m moenum nightly -o /tmp/moenum-nightly \
     --require gpu "${BASELINE[@]}" --junit "$OUT/nightly-junit.xml" >"$OUT/nightly.log" 2>&1
   rc=$?
   [ $rc -eq 0 ] && note nightly ok "$((SECONDS - t0)) s; $(tail -1 "$OUT/nightly.log")" \
@@ -233,11 +234,11 @@ if want gpuref && [ -d /tmp/moenum-py/moenum ]; then
   PYTHONPATH=/tmp/moenum-py timeout 1200 python3 -m pytest -q -p no:cacheprovider -o addopts="" -rs \
     tests/python/test_execution_device.py >"$OUT/gpuref-pytest.log" 2>&1 || fails+=(pytest)
   PYTHONPATH=/tmp/moenum-py timeout 700 python3 bench/verify_scale.py --moenum "python3 -m moenum" --timeout 330 \
-    --sweep execution.device=cpu bench/scenarios/qwen3-30b-a3b.yaml >"$OUT/gpuref-scale.md" 2>&1
+    --sweep output.results=full bench/scenarios/qwen3-30b-a3b.yaml >"$OUT/gpuref-scale.md" 2>&1
   PYTHONPATH=/tmp/moenum-py timeout 400 python3 bench/verify_scale.py --moenum "python3 -m moenum" --timeout 380 \
     bench/scenarios/deepseek-v3-ep8.yaml 2>&1 | tail -n 1 >>"$OUT/gpuref-scale.md"
   [ "$(grep -c '| # OK:' "$OUT/gpuref-scale.md")" -eq 3 ] || fails+=("a timed point did not pass (gpuref-scale.md)")
-  rows=$(grep -E '^\| (qwen3|execution|deepseek)' "$OUT/gpuref-scale.md" | cut -d'|' -f2,3,6 | tr '\n' ';')
+  rows=$(grep -E '^\| (qwen3|output|deepseek)' "$OUT/gpuref-scale.md" | cut -d'|' -f2,3,6 | tr '\n' ';')
   [ ${#fails[@]} -eq 0 ] && note gpuref ok "$((SECONDS - t0)) s; $(tail -1 "$OUT/gpuref-pytest.log"); point|wall s|RSS: $rows" \
                          || note gpuref FAILED "${fails[*]}; $(tail -1 "$OUT/gpuref-pytest.log"); $rows"
 fi
