@@ -1,9 +1,10 @@
 """Where a `moenum run` spends its time, from a py-spy raw (collapsed-stack) profile taken with
 `py-spy record --native -f raw`: the share of the main thread's samples under each part of the runner
 (a part is the first frame of a stack that matches its pattern, outermost first), then the hottest
-functions; and, over every thread (the OpenMP workers carry no Python frames), the samples under each
-part of the C++ core with its hottest named functions. Worker names need an unstripped `_core`
-(configure with -DCMAKE_STRIP=/bin/true: pybind11 strips Release modules).
+functions; then the same samples by part of the C++ core, each with its hottest named functions.
+py-spy samples the threads that run Python only, so the OpenMP workers never appear: the main thread
+is thread 0 of every parallel loop, and its samples stand for one core's share. The C++ names need
+an unstripped `_core` (configure with -DCMAKE_STRIP=/bin/true: pybind11 strips Release modules).
 
     python bench/profile_parts.py PROFILE.raw [--seconds WALL]
 """
@@ -26,7 +27,7 @@ PARTS = [
     ("imports", r"^_find_and_load$"),
 ]
 
-# The C++ core's parts, on any thread: the first pattern (in this order) that a frame of the stack matches.
+# The C++ core's parts: the first pattern (in this order) that a frame of the stack matches.
 CORE_PARTS = [
     ("stage check: mx", r"::mx_stage\b"),
     ("stage check: gemm", r"::gemm_stage\b"),
@@ -90,9 +91,7 @@ def main(argv=None) -> int:
     print(f"\nhottest functions (inclusive share of {total} samples):")
     for name, n in inclusive.most_common(args.top):
         print(f"{n / total:6.1%}  {name[:160]}")
-    # Samples of every thread, in units of the main thread's samples: 16 busy cores for a second
-    # count as 16 seconds of core time.
-    print("\n| core part, every thread | core-seconds | hottest named leaf functions |\n|---|---|---|")
+    print("\n| core part (main thread) | s | hottest named leaf functions |\n|---|---|---|")
     for label, n in core.most_common():
         hot = "; ".join(f"{name} {m / n:.0%}" for name, m in core_leaves[label].most_common(5))
         print(f"| {label} | {n * scale:.1f} | {hot} |")
