@@ -1,5 +1,7 @@
 #include "exact_gemm.h"
 
+#include "large_matrix.h"
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -257,7 +259,7 @@ Matrix certify_gemm_nt(const Matrix& A, const Matrix& B, const Vector* bias, Mat
   const int64_t M = A.rows(), N = B.rows(), K = A.cols();
   MOENUM_CHECK(B.cols() == K, "gemm_nt_rn_f32: A and B disagree on K");
   MOENUM_CHECK(!bias || bias->size() == N, "gemm_nt_rn_f32: bias length must be N");
-  Matrix C(M, N);
+  Matrix C = large_matrix(M, N);
   if (M == 0 || N == 0) return C;
   if (!opt.force_exact) {
     MOENUM_CHECK(Cd.rows() == M && Cd.cols() == N && S.rows() == M && S.cols() == N,

@@ -26,6 +26,7 @@
 #include "moenum/scenario.h"
 #include "moenum/tensor.h"
 #include "first_error.h"
+#include "large_matrix.h"
 #include "numeric_policy.h"
 
 namespace moenum::reference {
@@ -75,7 +76,7 @@ struct RowTensors {
 
 // Rows [row0, row0 + rows) of t seen as a [*, cols] matrix, in fp64 (exact for every dtype).
 inline Matrix tensor_rows(const Tensor& t, int64_t row0, int64_t rows, int64_t cols) {
-  Matrix m(rows, cols);
+  Matrix m = large_matrix(rows, cols);
   t.read(row0 * cols, rows * cols, m.data());
   return m;
 }
@@ -179,7 +180,8 @@ LayerResult grouped_mlp(const Policy& pol, const Problem& prob, const DispatchPl
       const int64_t e = sg.expert, M = sg.end - sg.begin;
 
       // ---- gather: x rows of real tokens (router pad rows included), zeros for zero pad rows
-      Matrix X = Matrix::Zero(M, H);
+      Matrix X = large_matrix(M, H);
+      X.setZero();
       std::vector<double> p(M);
       for (int64_t i = 0; i < M; ++i) {
         const int64_t t = rp.row_token[sg.begin + i];
@@ -232,7 +234,8 @@ LayerResult grouped_mlp(const Policy& pol, const Problem& prob, const DispatchPl
       if (!opt.backward) return;  // (inside the per-segment lambda: next segment)
 
       // ---- backward. Every row of a real token gets its token's dy (the combine has no probs).
-      Matrix DY = Matrix::Zero(M, H);
+      Matrix DY = large_matrix(M, H);
+      DY.setZero();
       for (int64_t i = 0; i < M; ++i) {
         const int64_t t = rp.row_token[sg.begin + i];
         if (t >= 0) prob.dy.read(t * H, H, DY.row(i).data());
@@ -241,14 +244,14 @@ LayerResult grouped_mlp(const Policy& pol, const Problem& prob, const DispatchPl
       if (opt.bias)
         for (int64_t j = 0; j < H; ++j) db2.values<R>()[e * H + j] = pol.dot(p.data(), DY.data() + j, M, 1, H, red);
       // FC2 dgrad: da = dy . w2
-      Matrix DA = pol.gemm(Q(DY, Gemm::kFc2Dgrad, Operand::kA), Q(W2.transpose(), Gemm::kFc2Dgrad, Operand::kB),
+      Matrix DA = pol.gemm(Q(DY, Gemm::kFc2Dgrad, Operand::kA), Q(transposed(W2), Gemm::kFc2Dgrad, Operand::kB),
                            Gemm::kFc2Dgrad, nullptr, gs(Gemm::kFc2Dgrad));
       for (int64_t i = 0; i < M; ++i)
         for (int64_t j = 0; j < F; ++j) DA(i, j) = pol.round_act(R(DA(i, j)));
       // FC2 wgrad: dw2 = dy^T . a  (accumulator precision, no further rounding)
       {
-        const Matrix DW2 = pol.gemm(Q(DY.transpose(), Gemm::kFc2Wgrad, Operand::kA),
-                                    Q(A.transpose(), Gemm::kFc2Wgrad, Operand::kB), Gemm::kFc2Wgrad, nullptr,
+        const Matrix DW2 = pol.gemm(Q(transposed(DY), Gemm::kFc2Wgrad, Operand::kA),
+                                    Q(transposed(A), Gemm::kFc2Wgrad, Operand::kB), Gemm::kFc2Wgrad, nullptr,
                                     gs(Gemm::kFc2Wgrad));
         dw2.write(e * H * F, H * F, DW2.data());
       }
@@ -271,15 +274,15 @@ LayerResult grouped_mlp(const Policy& pol, const Problem& prob, const DispatchPl
       }
       // FC1 dgrad: dx_row = dh . w1
       {
-        const Matrix DXR = pol.gemm(Q(DH, Gemm::kFc1Dgrad, Operand::kA), Q(W1.transpose(), Gemm::kFc1Dgrad, Operand::kB),
+        const Matrix DXR = pol.gemm(Q(DH, Gemm::kFc1Dgrad, Operand::kA), Q(transposed(W1), Gemm::kFc1Dgrad, Operand::kB),
                                     Gemm::kFc1Dgrad, nullptr, gs(Gemm::kFc1Dgrad));
         for (int64_t i = 0; i < M; ++i)
           for (int64_t j = 0; j < H; ++j) dx_rows[(sg.row0 + i) * H + j] = pol.round_act(R(DXR(i, j)));
       }
       // FC1 wgrad: dw1 = dh^T . x
       {
-        const Matrix DW1 = pol.gemm(Q(DH.transpose(), Gemm::kFc1Wgrad, Operand::kA),
-                                    Q(X.transpose(), Gemm::kFc1Wgrad, Operand::kB), Gemm::kFc1Wgrad, nullptr,
+        const Matrix DW1 = pol.gemm(Q(transposed(DH), Gemm::kFc1Wgrad, Operand::kA),
+                                    Q(transposed(X), Gemm::kFc1Wgrad, Operand::kB), Gemm::kFc1Wgrad, nullptr,
                                     gs(Gemm::kFc1Wgrad));
         dw1.write(e * F2 * H, F2 * H, DW1.data());
       }

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "grouped_mlp.h"
+#include "large_matrix.h"
 #include "moenum/mx_names.h"
 #include "recipes.h"
 
@@ -79,7 +80,7 @@ MxOperand Mxfp8Policy::quantize_codes(const Matrix& m, Gemm g, Operand op) const
 Matrix Mxfp8Policy::quantize_operand(const Matrix& m, Gemm g, Operand op) const {
   check_blocks(m.cols(), g, op);
   const Fp8Format f = format(g, op);
-  Matrix out(m.rows(), m.cols());
+  Matrix out = large_matrix(m.rows(), m.cols());
   double* y = out.data();
   quantize_blocks(m, f, scale_rounding, inv_scale, [&](int64_t off, const uint8_t* codes, uint8_t scale) {
     float d[kMxBlock];

@@ -4,6 +4,7 @@
 
 #include "cuda_check.h"
 #include "device.h"
+#include "large_matrix.h"
 #include "oracle/abs_f64.h"
 
 namespace moenum::gpu {
@@ -66,8 +67,8 @@ void CublasFp64Gemm::gemm_nt(const reference::Matrix& A, const reference::Matrix
   MOENUM_CHECK(B.cols() == K, "CublasFp64Gemm: A and B disagree on K");
   MOENUM_CHECK(M < (int64_t{1} << 31) && N < (int64_t{1} << 31) && K < (int64_t{1} << 31),
                "CublasFp64Gemm: a dimension exceeds cuBLAS's int range");
-  C.resize(M, N);
-  if (S) S->resize(M, N);
+  reference::resize_large(C, M, N);
+  if (S) reference::resize_large(*S, M, N);
   if (M == 0 || N == 0) return;
   if (K == 0) {  // an empty sum (an expert without rows, in a wgrad): zeros, as on the CPU
     C.setZero();

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "moenum/error.h"
+#include "moenum/huge_pages.h"
 
 namespace moenum {
 
@@ -40,6 +41,11 @@ struct UninitializedAllocator : std::allocator<T> {
   UninitializedAllocator() = default;
   template <class U>
   UninitializedAllocator(const UninitializedAllocator<U>&) noexcept {}
+  T* allocate(size_t n) {
+    T* p = std::allocator<T>::allocate(n);
+    advise_huge_pages(p, n * sizeof(T));  // before the first touch (moenum/huge_pages.h)
+    return p;
+  }
   template <class U>
   void construct(U* p) noexcept {
     ::new (static_cast<void*>(p)) U;
