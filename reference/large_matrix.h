@@ -14,11 +14,12 @@ inline Matrix large_matrix(Eigen::Index rows, Eigen::Index cols) {
   return m;  // moved: the storage stays where it was advised
 }
 
-// Resized in place to rows x cols, advised when that allocated anew.
+// Resized in place to rows x cols, advised when that allocated anew (Eigen reallocates exactly when
+// the number of elements changes; a new mapping may land where the old one was).
 inline void resize_large(Matrix& m, Eigen::Index rows, Eigen::Index cols) {
-  const double* before = m.data();
+  const bool fresh = m.size() != rows * cols;
   m.resize(rows, cols);
-  if (m.data() != before) advise_huge_pages(m.data(), size_t(m.size()) * sizeof(double));
+  if (fresh) advise_huge_pages(m.data(), size_t(m.size()) * sizeof(double));
 }
 
 inline Matrix transposed(const Matrix& m) {
