@@ -1,13 +1,12 @@
 #include "exact_gemm.h"
 
-#include "large_matrix.h"
-
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
+#include "large_matrix.h"
 #include "moenum/error.h"
 
 namespace moenum::reference {

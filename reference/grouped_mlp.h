@@ -15,7 +15,6 @@
 #include <algorithm>
 #include <array>
 #include <map>
-#include <numeric>
 #include <string>
 #include <vector>
 
@@ -27,6 +26,7 @@
 #include "moenum/tensor.h"
 #include "first_error.h"
 #include "large_matrix.h"
+#include "largest_first.h"
 #include "numeric_policy.h"
 
 namespace moenum::reference {
@@ -160,13 +160,10 @@ LayerResult grouped_mlp(const Policy& pol, const Problem& prob, const DispatchPl
   // new matrix is returned by value. Either lives until the end of the GEMM call's full expression.
   const auto Q = [&pol](const Matrix& m, Gemm g, Operand op) -> decltype(auto) { return pol.quantize_operand(m, g, op); };
 
-  // The segments with the most rows first: under skewed routing the largest would otherwise start
-  // last and hold up the loop alone. Each segment writes only its own rows and experts.
-  std::vector<int64_t> order(segs.size());
-  std::iota(order.begin(), order.end(), int64_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-    return segs[a].end - segs[a].begin > segs[b].end - segs[b].begin;
-  });
+  // The segments with the most rows first (largest_first.h); each writes only its own rows and experts.
+  std::vector<int64_t> rows_of(segs.size());
+  for (size_t s = 0; s < segs.size(); ++s) rows_of[s] = segs[s].end - segs[s].begin;
+  const std::vector<int64_t> order = largest_first(rows_of);
   FirstError first_error;
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t k = 0; k < int64_t(segs.size()); ++k) {

@@ -297,7 +297,8 @@ def invariance_checks(results) -> dict:
     golden                   golden's outputs across every point with the same inputs and routing (any
                              dispatch, padding, EP, weights, recipe): identical.
     A point simulating a subset of the EP ranks (dispatch.ranks) only joins points that computed the
-    same experts; a point written with output.results: summary joins none (its file has no tensors). Returns {check name: (passed, detail)}, one per group with at least two points; names
+    same experts; a point written with output.results: summary joins none (its file has no tensors).
+    Returns {check name: (passed, detail)}, one per group with at least two points; names
     are `invariance.<kind>(<the parameters the group shares>)`. Backends that failed, errored or did not
     run in a point are left out of that point's comparisons, and so are external backends."""
     points = []

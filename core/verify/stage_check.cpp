@@ -13,6 +13,7 @@
 #include "exact_gemm.h"
 #include "first_error.h"
 #include "hopper_mma.h"
+#include "largest_first.h"
 #include "moenum/bf16.h"
 #include "moenum/mx_names.h"
 #include "moenum/rng.h"
@@ -172,7 +173,6 @@ void natural_row(const LayerContext& c, const TensorMap& t, Source s, const Part
   for (int64_t j = 0; j < cols; ++j) out[j] = T(v->at(row * cols + j));  // float: every source is bf16 or fp32
 }
 
-// The natural-layout operand tensor of a source for one expert: [n, cols] rows or the weight block.
 // The natural-layout operand of a source for one expert, [n, cols] rows or the weight block, as the
 // floats the quantizer reads (every source holds bf16 or fp32 values).
 TensorBuffer<float> natural_f32(const LayerContext& c, const TensorMap& t, Source s, const Part& p) {
@@ -426,21 +426,18 @@ std::vector<int64_t> experts_with_rows(const LayerContext& c) {
   return es;
 }
 
-// fn(e, tally) for every expert of es in parallel, the experts with the most rows first: under skewed
-// routing the largest expert would otherwise start last and hold up the loop alone. The tallies
-// merge in expert order, so nothing depends on the schedule.
+// fn(e, tally) for every expert of es in parallel, the experts with the most rows first
+// (largest_first.h). The tallies merge in expert order, so nothing depends on the schedule.
 template <class Fn>
 void for_experts(const LayerContext& c, const std::vector<int64_t>& es, StageOut& out, Fn&& fn) {
   std::vector<Tally> parts(es.size());
-  std::vector<size_t> order(es.size());
-  std::iota(order.begin(), order.end(), size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return c.seg_end[es[a]] - c.seg_begin[es[a]] > c.seg_end[es[b]] - c.seg_begin[es[b]];
-  });
+  std::vector<int64_t> rows_of(es.size());
+  for (size_t i = 0; i < es.size(); ++i) rows_of[i] = c.seg_end[es[i]] - c.seg_begin[es[i]];
+  const std::vector<int64_t> order = reference::largest_first(rows_of);
   reference::FirstError guard;
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t k = 0; k < int64_t(es.size()); ++k) {
-    const size_t i = order[size_t(k)];
+    const size_t i = size_t(order[size_t(k)]);
     guard.run([&] { fn(es[i], parts[i]); });
   }
   guard.rethrow();

@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstdio>
 #include <mutex>
-#include <numeric>
 #include <set>
 
 #include "grouped_mlp.h"
@@ -147,16 +146,13 @@ struct RecordingPolicy : Mxfp8Policy {
   }
 };
 
-// The (rank, local expert) segments in plan order, as grouped_mlp processes them: the most rows
-// first, ties in plan order. On one thread, segment order[k] makes calls 12k .. 12k + 11.
+// The (rank, local expert) segments, numbered in plan order, in the order grouped_mlp processes them
+// (largest_first.h). On one thread, segment order[k] makes calls 12k .. 12k + 11.
 std::vector<int64_t> processing_order(const DispatchPlan& plan) {
   std::vector<int64_t> rows;
   for (const auto& rp : plan.ranks)
     for (int64_t le = 0; le < plan.experts_per_rank; ++le) rows.push_back(rp.segment_offset[le + 1] - rp.segment_offset[le]);
-  std::vector<int64_t> order(rows.size());
-  std::iota(order.begin(), order.end(), int64_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return rows[a] > rows[b]; });
-  return order;
+  return largest_first(rows);
 }
 
 }  // namespace
