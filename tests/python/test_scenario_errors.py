@@ -27,6 +27,7 @@ CASES = [
     ("bool_for_int", "tokens: 32", "tokens: true", 4, "tokens", "must be an integer"),
     ("out_of_range", "topk: 2}", "topk: 0}", 3, "model.topk", "must be >= 1"),
     ("bad_choice", "name: bf16}", "name: fp4}", 7, "recipe.name", "not one of"),
+    ("bad_results_choice", "backends:", "output: {results: tensors}\nbackends:", 8, "output.results", "not one of"),
     ("tokens_not_divisible_by_ep", "tokens: 32", "tokens: 33", 6, "dispatch.ep", "not divisible"),
     ("experts_not_divisible_by_ep", "ep: 2,", "ep: 8,", 6, "dispatch.ep", "not divisible"),
     ("topk_exceeds_experts", "topk: 2}", "topk: 5}", 3, "model.topk", "exceeds experts"),
