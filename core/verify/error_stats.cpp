@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "bitwise.h"
 
@@ -99,12 +100,26 @@ constexpr int64_t kBlock = 1 << 14;
 
 // The elements [i0, i1) (or those `index` names) of a and b, read at their stored types: a View's
 // per-element switch on its storage stays out of the error table's hot loop.
-template <class TA, class TB>
-void add_block(Partial& p, const TA* a, const TB* b, int64_t i0, int64_t i1, const int64_t* index, Grid g) {
-  for (int64_t i = i0; i < i1; ++i) {
-    const int64_t at = index ? index[i] : i;
-    p.add(static_cast<double>(a[at]), static_cast<double>(b[at]), g);
+// Four partials, one per lane of four consecutive elements: the sums' and maxima's dependency chains
+// interleave, where one chain would bound the loop by the latency of its additions.
+template <Grid g, class TA, class TB>
+void add_block(Partial& p, const TA* a, const TB* b, int64_t i0, int64_t i1, const int64_t* index) {
+  constexpr int kLanes = 4;
+  Partial lane[kLanes];
+  int64_t i = i0;
+  if (index) {
+    for (; i + kLanes <= i1; i += kLanes)
+      for (int l = 0; l < kLanes; ++l)
+        lane[l].add(static_cast<double>(a[index[i + l]]), static_cast<double>(b[index[i + l]]), g);
+  } else {
+    for (; i + kLanes <= i1; i += kLanes)
+      for (int l = 0; l < kLanes; ++l) lane[l].add(static_cast<double>(a[i + l]), static_cast<double>(b[i + l]), g);
   }
+  for (; i < i1; ++i) {
+    const int64_t at = index ? index[i] : i;
+    lane[0].add(static_cast<double>(a[at]), static_cast<double>(b[at]), g);
+  }
+  for (const Partial& l : lane) p.merge(l);
 }
 
 template <class Fn>
@@ -116,9 +131,21 @@ void with_storage(const View& v, Fn&& fn) {
   }
 }
 
+// The grid as a constant of the loop: its format is then known where each element's spacing is read.
+template <class Fn>
+void with_grid(Grid g, Fn&& fn) {
+  switch (g) {
+    case Grid::kBf16: return fn(std::integral_constant<Grid, Grid::kBf16>{});
+    case Grid::kF32: return fn(std::integral_constant<Grid, Grid::kF32>{});
+    default: return fn(std::integral_constant<Grid, Grid::kF64>{});
+  }
+}
+
 void add_range(Partial& p, const View& a, const View& b, int64_t i0, int64_t i1, const int64_t* index, Grid g) {
-  with_storage(a, [&](const auto* pa) {
-    with_storage(b, [&](const auto* pb) { add_block(p, pa, pb, i0, i1, index, g); });
+  with_grid(g, [&](auto grid) {
+    with_storage(a, [&](const auto* pa) {
+      with_storage(b, [&](const auto* pb) { add_block<decltype(grid)::value>(p, pa, pb, i0, i1, index); });
+    });
   });
 }
 

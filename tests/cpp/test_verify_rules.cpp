@@ -2,6 +2,7 @@
 // and element classification.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -155,6 +156,43 @@ TEST(ErrorStats, FiguresOfATinyPair) {
   EXPECT_EQ(s.ulps.le0, 3);
   EXPECT_EQ(s.ulps.gt2, 1);  // 0.5 at 2.5 is 32 bf16 ulps
   EXPECT_NEAR(s.rel_fro, 0.5 / std::sqrt(1.0 + 6.25), 1e-15);
+}
+
+// A pair longer than a block, of a length that leaves a remainder past the four lanes, whole and
+// through an index: the counts and maxima exactly those of one plain pass, the sums to rounding.
+TEST(ErrorStats, ALongPairAgreesWithOnePlainPass) {
+  const int64_t n = 3 * (int64_t{1} << 14) + 7;
+  std::vector<float> a(n), b(n);
+  for (int64_t i = 0; i < n; ++i) {
+    b[i] = float(std::sin(0.001 * double(i)) * 3.0);
+    a[i] = i % 5 == 0 ? b[i] : std::nextafter(b[i], i % 3 ? 10.0f : -10.0f);
+  }
+  std::vector<int64_t> index;
+  for (int64_t i = 1; i < n; i += 3) index.push_back(i);
+  View va{a.data(), Storage::kF32, {n}, "fp32"}, vb{b.data(), Storage::kF32, {n}, "fp32"};
+  const std::vector<int64_t>* whole = nullptr;
+  const std::vector<int64_t>* every_third = &index;
+  for (const std::vector<int64_t>* idx : {whole, every_third}) {
+    const ErrorStats s = error_stats(va, vb, Grid::kF32, idx);
+    int64_t m = 0, bitwise = 0, le0 = 0, le1 = 0;
+    double max_abs = 0, sum_abs = 0, sum_d2 = 0, sum_b2 = 0;
+    for (int64_t k = 0; k < (idx ? int64_t(idx->size()) : n); ++k) {
+      const int64_t i = idx ? (*idx)[k] : k;
+      const double d = std::fabs(double(a[i]) - double(b[i]));
+      ++m, bitwise += a[i] == b[i], max_abs = std::max(max_abs, d), sum_abs += d;
+      sum_d2 += d * d, sum_b2 += double(b[i]) * double(b[i]);
+      const double u = ulp_distance(a[i], b[i], Grid::kF32);
+      le0 += u == 0.0, le1 += u > 0.0 && u <= 1.0;
+    }
+    EXPECT_EQ(s.n, m);
+    EXPECT_EQ(s.bitwise_equal, bitwise);
+    EXPECT_EQ(s.ulps.le0, le0);
+    EXPECT_EQ(s.ulps.le1, le1);
+    EXPECT_EQ(s.ulps.le0 + s.ulps.le1, m);
+    EXPECT_EQ(s.max_abs, max_abs);
+    EXPECT_NEAR(s.mean_abs, sum_abs / double(m), 1e-12 * s.mean_abs);
+    EXPECT_NEAR(s.rel_fro, std::sqrt(sum_d2) / std::sqrt(sum_b2), 1e-12 * s.rel_fro);
+  }
 }
 
 // Finite terms whose magnitudes sum past the fp32 max can overflow in some order: any value, NaN
