@@ -177,7 +177,9 @@ void bind(py::module_& m) {
       .def_property_readonly("tokens_per_expert", [](const Prepared& p) {
         return to_numpy(p.routing.tokens_per_expert, {static_cast<py::ssize_t>(p.routing.E)});
       })
-      .def_property_readonly("plan", [](const Prepared& p) { return plan_to_dict(p.plan); });
+      .def_property_readonly("plan", [](const Prepared& p) { return plan_to_dict(p.plan); })
+      .def_property_readonly("kept_input_codes_bytes", [](const Prepared& p) { return p.input_codes->bytes(); },
+                             "Bytes of expected MX codes the stage checks keep for the point's next backend.");
 
   m.def("prepare", [](const Scenario& sc) {
     validate(sc);

@@ -196,7 +196,7 @@ void bind(py::module_& m) {
 
   m.def("check_stages", [](const std::string& backend, const Prepared& p, const py::dict& tensors, const py::object& sample,
                            const std::vector<std::pair<std::string, std::vector<int64_t>>>& probes,
-                           const std::string& elementwise, const std::string& gemm) {
+                           const std::string& elementwise, const std::string& gemm, bool keep_input_codes) {
     if (elementwise != "bitwise" && elementwise != "interval")
       throw ConfigError("elementwise", "must be bitwise or interval, got '" + elementwise + "'");
     const ElementwiseRule rule = elementwise == "interval" ? ElementwiseRule::kInterval : ElementwiseRule::kBitwise;
@@ -215,7 +215,9 @@ void bind(py::module_& m) {
       // the recomputation is the reference's arithmetic: it runs where execution.device puts the oracles
       const reference::OracleDevice device = reference::oracle_device(p.scenario.execution.device);
       ctx.device = device.engine.get();
+      ctx.input_codes = p.input_codes.get();
       reports = check_stages(ctx, t, spec, pr, rule, gemm_rule);
+      if (!keep_input_codes) p.input_codes->clear();
     }
     py::list list;
     for (const auto& r : reports) list.append(report_dict(r));
@@ -227,14 +229,15 @@ void bind(py::module_& m) {
     return out;
   }, py::arg("backend"), py::arg("prepared"), py::arg("tensors"), py::arg("sample") = py::none(),
      py::arg("probes") = std::vector<std::pair<std::string, std::vector<int64_t>>>{},
-     py::arg("elementwise") = "bitwise", py::arg("gemm") = "bound",
+     py::arg("elementwise") = "bitwise", py::arg("gemm") = "bound", py::arg("keep_input_codes") = false,
   "Teacher-forced stage checks of one backend's tensors ({name: (array, dtype)}): {reports: one per\n"
   "applicable stage of STAGES (status, class counts, per-expert counts and ULPs, first failure,\n"
   "probes), passed, detail (the verdict)}. sample: None/'all', 'auto' or elements\n"
   "per (stage, expert) for the GEMM stages. elementwise: 'bitwise' (moenum's own functions) or 'interval'\n"
   "(act, a, out, dh of code that does not share them: core/verify/elementwise_interval.h). gemm: 'bound'\n"
   "(the GEMM stages inside the bound of numerics.md §7) or 'hopper_mma' (bitwise against the model of\n"
-  "reference/hopper_mma.h).");
+  "reference/hopper_mma.h). keep_input_codes: keep the expected MX codes of the operands drawn from\n"
+  "the inputs (x, dy, w1, w2) for the point's next backend; without it they are dropped after this check.");
 
   m.def("error_stats", [](const py::object& a, const std::string& dtype_a, const py::object& b,
                           const std::string& dtype_b, const std::optional<std::vector<int64_t>>& labels,

@@ -234,6 +234,11 @@ class Prepared:
     def inputs(self) -> dict:
         ...
     @property
+    def kept_input_codes_bytes(self) -> int:
+        """
+        Bytes of expected MX codes the stage checks keep for the point's next backend.
+        """
+    @property
     def plan(self) -> dict:
         ...
     @property
@@ -317,7 +322,7 @@ def bitwise_diff(a: typing.Any, b: typing.Any) -> tuple[bool, int, int]:
     """
     (same_shape, differing elements, first differing flat index or -1), bitwise.h
     """
-def check_stages(backend: str, prepared: ..., tensors: dict, sample: typing.Any = None, probes: collections.abc.Sequence[tuple[str, collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]]] = [], elementwise: str = 'bitwise', gemm: str = 'bound') -> dict:
+def check_stages(backend: str, prepared: ..., tensors: dict, sample: typing.Any = None, probes: collections.abc.Sequence[tuple[str, collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]]] = [], elementwise: str = 'bitwise', gemm: str = 'bound', keep_input_codes: bool = False) -> dict:
     """
     Teacher-forced stage checks of one backend's tensors ({name: (array, dtype)}): {reports: one per
     applicable stage of STAGES (status, class counts, per-expert counts and ULPs, first failure,
@@ -325,7 +330,8 @@ def check_stages(backend: str, prepared: ..., tensors: dict, sample: typing.Any 
     per (stage, expert) for the GEMM stages. elementwise: 'bitwise' (moenum's own functions) or 'interval'
     (act, a, out, dh of code that does not share them: core/verify/elementwise_interval.h). gemm: 'bound'
     (the GEMM stages inside the bound of numerics.md §7) or 'hopper_mma' (bitwise against the model of
-    reference/hopper_mma.h).
+    reference/hopper_mma.h). keep_input_codes: keep the expected MX codes of the operands drawn from
+    the inputs (x, dy, w1, w2) for the point's next backend; without it they are dropped after this check.
     """
 def count_nonfinite(a: typing.Any) -> int:
     """

@@ -96,6 +96,10 @@ def host_bytes(cfg: dict, backends: list[str]) -> int:
         stages = _stage_bytes(cfg, s)
     else:
         stages = 0
+    # with two or more backends checked under mxfp8, the expected codes of x, dy, w1 and w2 (both ways)
+    # are kept from the first check to the last (core/verify/input_codes.h)
+    if cfg["verify"]["stages"] and len(under_test) > 1 and cfg["recipe"]["name"] == "mxfp8":
+        stages += CODE_BYTES * 2 * (s.weights + 2 * s.rows * s.hidden) * (1 + 1 / 32)
     # the single-vs-discrete-weights check reruns a layout-sensitive backend: its outputs twice, for a while
     rerun = 0
     if cfg["verify"]["invariance"]:

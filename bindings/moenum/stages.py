@@ -91,15 +91,16 @@ def backend_tensors(result: dict) -> dict:
 
 
 def check_backend(name: str, prepared, result: dict, sample="auto", probes=(),
-                  accumulate: str = "ideal") -> tuple[list[StageResult], tuple]:
+                  accumulate: str = "ideal", keep_input_codes: bool = False) -> tuple[list[StageResult], tuple]:
     """Every applicable stage of one backend's result, checked in C++. probes: (tensor, index) pairs
     whose classes are reported (planted faults). accumulate: the scenario's recipe.accumulate, which
     decides with the backend's traits whether its GEMM stages are bitwise (traits.gemm_rule).
+    keep_input_codes: another backend of the point follows (core/verify/input_codes.h).
     Returns (stage results, (passed, detail))."""
     from . import traits
     out = _core.check_stages(name, prepared, backend_tensors(result), sample,
                              [(t, [int(i) for i in idx]) for t, idx in probes], traits.elementwise_rule(name),
-                             traits.gemm_rule(name, accumulate))
+                             traits.gemm_rule(name, accumulate), keep_input_codes)
     results = [StageResult.from_report(r) for r in out["reports"]]
     return results, (bool(out["passed"]), out["detail"])
 

@@ -127,27 +127,27 @@ def expected_shapes(cfg: dict) -> dict:
 
 # ---- teacher-forced stage checks (numerics.md §7), bound violations, the stage table ----------------
 
-def stage_checks(cfg: dict, prepared, results: dict, backends: list[str], include=(), probes=None) -> tuple[dict, dict]:
+def stage_checks(cfg: dict, prepared, results: dict, backends: list[str], include=(), probes=None,
+                 more_to_check: bool = False) -> tuple[dict, dict]:
     """Run the stage checks (core/verify) over every backend under test that ran. The oracles are not
     checked: golden is fp64 without the recipe's rounding points; reference is the oracle the checks
     recompute (checking it is a self-test of the harness, tests/python/test_verify_stages.py; naming
     it in `include`, as an injection into it does, turns its check on). probes: backend ->
-    [(tensor, index)] elements whose classes are reported (planted faults).
+    [(tensor, index)] elements whose classes are reported (planted faults). more_to_check: another
+    backend of the point is checked after these (the expected codes drawn from the inputs are kept).
 
     Returns (checks, reports): checks `stage.<backend>` -> (passed, detail) and reports backend -> list
     of stages.StageResult (class counts, first failing element)."""
     from . import stages
     sample = cfg.get("verify", {}).get("sample", "auto")
     checks, reports = {}, {}
-    for name in backends:
-        r = results.get(name)
-        if name == "golden" or not (traits.under_test(name) or name in include):
-            continue
-        if not r or "outputs" not in r or not ran_ok(r["disposition"]):
-            continue
-        reports[name], (passed, detail) = stages.check_backend(name, prepared, r, sample,
+    checked = [name for name in backends if name != "golden" and (traits.under_test(name) or name in include)
+               and results.get(name) and "outputs" in results[name] and ran_ok(results[name]["disposition"])]
+    for i, name in enumerate(checked):
+        reports[name], (passed, detail) = stages.check_backend(name, prepared, results[name], sample,
                                                                  (probes or {}).get(name, ()),
-                                                                 cfg["recipe"].get("accumulate", "ideal"))
+                                                                 cfg["recipe"].get("accumulate", "ideal"),
+                                                                 keep_input_codes=more_to_check or i + 1 < len(checked))
         checks[f"stage.{name}"] = (passed, detail)
     return checks, reports
 

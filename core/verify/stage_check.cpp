@@ -91,12 +91,6 @@ Fp8Format operand_format(const LayerContext& c, const layer::OperandDesc& od) {
   return od.gradient ? c.recipe.grad_format : Fp8Format::E4M3;
 }
 
-// Codes and scales of one natural-layout block [rows, cols]: rowwise scales [rows, cols/32],
-// columnwise [rows/32, cols].
-struct MxCodes {
-  std::vector<uint8_t> codes, scales;
-};
-
 MxCodes quantize(const float* x, int64_t rows, int64_t cols, Direction d, Fp8Format f, ScaleRounding r,
                  InvScaleRule inv) {
   MxCodes q;
@@ -727,8 +721,19 @@ void mx_stage(const StageRun& run, StageOut& out) {
   for_experts(c, es, out, [&](int64_t e, Tally& ty) {
     const Part part{e, c.seg_begin[e], c.seg_end[e] - c.seg_begin[e]};
     const MxSpan sp = mx_span(c, od.source, part);
-    const MxCodes q = quantize(natural_f32(c, run.t, od.source, part).data(), sp.rows, sp.cols, od.direction, f,
-                               c.recipe.scale_rounding, c.recipe.inv_scale);
+    const auto quantized = [&] {
+      return quantize(natural_f32(c, run.t, od.source, part).data(), sp.rows, sp.cols, od.direction, f,
+                      c.recipe.scale_rounding, c.recipe.inv_scale);
+    };
+    MxCodes own;
+    const MxCodes* kept = nullptr;
+    if (c.input_codes && drawn_from_inputs(od.source)) {
+      kept = c.input_codes->find(od.source, od.direction, f, e);
+      if (!kept) kept = &c.input_codes->keep(od.source, od.direction, f, e, quantized());
+    } else {
+      own = quantized();
+    }
+    const MxCodes& q = kept ? *kept : own;
     const int64_t cols = sp.cols;
     const auto scale_of = [&](int64_t i, int64_t j) {  // local scale index of local code (i, j)
       return od.direction == Direction::kRowwise ? i * (cols / kMxBlock) + j / kMxBlock : (i / kMxBlock) * cols + j;

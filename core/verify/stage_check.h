@@ -23,6 +23,7 @@
 #include "classify.h"
 #include "elementwise_interval.h"
 #include "error_stats.h"
+#include "input_codes.h"
 #include "moenum/dispatch_plan.h"
 #include "moenum/fp8.h"
 #include "moenum/layer.h"
@@ -59,6 +60,9 @@ struct LayerContext {
   uint64_t seed = 0;
   // execution.device gpu: the GEMM stages' fp64 products there (reference/device_gemm.h); null: CPU
   reference::DeviceGemm* device = nullptr;
+  // the expected codes of the operands drawn from the inputs, shared by a point's backends; null:
+  // computed for this check only
+  InputCodes* input_codes = nullptr;
 };
 
 // `inputs` views the problem's x, w1, b1, w2, b2, dy (kept alive by the caller).

@@ -162,6 +162,36 @@ def test_mx_stage_tallies_alike_with_and_without_probes(tmp_path):
     assert b.status == "passed" and b.classes["bitwise_equal"] == b.checked
 
 
+def _report_key(r):
+    return (r.stage.name, r.status, r.classes, r.per_expert, r.checked, r.failing, r.first)
+
+
+def test_kept_input_codes_check_the_next_backend_as_fresh_ones_do(tmp_path):
+    """The expected codes of x, dy, w1 and w2 kept from one backend's check (core/verify/input_codes.h)
+    judge the next backend exactly as codes computed for it alone: the same reports for a damaged
+    backend in the input-drawn stages (x rowwise, x columnwise, w1) as without them."""
+    prep, clean = _mx_run(tmp_path)
+    damaged = {**clean, "stages": dict(clean["stages"])}
+    for name, at in (("fc1_fprop.A.codes", (3, 40)), ("fc1_wgrad.B.codes", (5, 7)), ("fc1_fprop.B.codes", (1, 2, 3))):
+        codes, dt = damaged["stages"][name]
+        codes = np.array(codes, copy=True)
+        codes[at] = int(codes[at]) ^ 1
+        damaged["stages"][name] = (codes, dt)
+    fresh, (fresh_passed, fresh_detail) = stages.check_backend("cpu.eigen", prep, damaged, "all")
+    assert prep.kept_input_codes_bytes == 0  # not asked to keep them
+    first, (passed, _) = stages.check_backend("cpu.eigen", prep, clean, "all", keep_input_codes=True)
+    assert passed
+    kept = prep.kept_input_codes_bytes
+    x, w = TINY["tokens"] * TINY["model"]["topk"], TINY["model"]["experts"] * 3 * TINY["model"]["hidden"] * TINY["model"]["ffn"]
+    assert kept > 2 * w + 4 * x * TINY["model"]["hidden"]  # codes (and scales) of x, dy, w1 and w2, both ways
+    shared, (shared_passed, shared_detail) = stages.check_backend("cpu.eigen", prep, damaged, "all")
+    assert prep.kept_input_codes_bytes == 0  # the last check drops them
+    assert not shared_passed and (shared_passed, shared_detail) == (fresh_passed, fresh_detail)
+    assert [_report_key(r) for r in shared] == [_report_key(r) for r in fresh]
+    for name in ("fc1_fprop.A", "fc1_wgrad.B", "fc1_fprop.B"):
+        assert next(r for r in shared if r.stage.name == name).classes["bound_violation"] == 1
+
+
 def test_ulp_steps_walk_the_dtype_grid():
     assert _core.grid_step(1.0, 1, "bf16") == 1.0078125
     assert _core.grid_step(1.0, -1, "bf16") == 1.0 - 2 ** -8
