@@ -235,6 +235,9 @@ if want gpuref && [ -d /tmp/moenum-py/moenum ]; then
     tests/python/test_execution_device.py >"$OUT/gpuref-pytest.log" 2>&1 || fails+=(pytest)
   PYTHONPATH=/tmp/moenum-py timeout 700 python3 bench/verify_scale.py --moenum "python3 -m moenum" --timeout 330 \
     --sweep output.results=full bench/scenarios/qwen3-30b-a3b.yaml >"$OUT/gpuref-scale.md" 2>&1
+  # the host's transparent huge pages (core/src/huge_pages.cpp advises the large buffers)
+  echo "THP enabled: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>&1); defrag: $(cat /sys/kernel/mm/transparent_hugepage/defrag 2>&1)" \
+    >>"$OUT/gpuref-scale.md"
   PYTHONPATH=/tmp/moenum-py timeout 400 python3 bench/verify_scale.py --moenum "python3 -m moenum" --timeout 380 \
     bench/scenarios/deepseek-v3-ep8.yaml 2>&1 | tail -n 1 >>"$OUT/gpuref-scale.md"
   [ "$(grep -c '| # OK:' "$OUT/gpuref-scale.md")" -eq 3 ] || fails+=("a timed point did not pass (gpuref-scale.md)")
