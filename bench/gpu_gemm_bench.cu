@@ -133,6 +133,7 @@ int main() {
       engines.emplace_back("gpu.grouped.wide_m2_whole", make_cutlass_sm90_engine({Tile::T128x256M2, 1}));
       engines.emplace_back("gpu.grouped.n192", make_cutlass_sm90_engine({Tile::T128x192, -1}));
       engines.emplace_back("gpu.grouped.pingpong", make_cutlass_sm90_engine({Tile::T128x128Pingpong, -1}));
+      engines.emplace_back("gpu.grouped.pingpong_m2", make_cutlass_sm90_engine({Tile::T128x128PingpongM2, -1}));
       report_auto_choice(g, sh.name, zipf ? "zipf1.2" : "uniform", s);
 #endif
       engines.emplace_back("gpu.multistream", std::make_unique<CublasLtEngine>());

@@ -295,11 +295,13 @@ if want bench && [ -x $BUILD/moenum_gpu_bench ]; then
   t0=$SECONDS
   # Two comparisons, each under one load: gpu.grouped timed alone beside torch timed alone (engine
   # "gpu.grouped.alone" against "torch._grouped_mm"), and every engine interleaved round by round
-  # beside torch running as many calls per round (against "torch._grouped_mm.x9").
+  # beside torch running as many calls per round (against "torch._grouped_mm.x10").
   { timeout 200 $BUILD/moenum_gpu_bench
     MOENUM_GEMM_BENCH_ENGINES=gpu.grouped timeout 200 $BUILD/moenum_gpu_bench | tail -n +2 | sed 's/,gpu\.grouped,/,gpu.grouped.alone,/'
+    MOENUM_GEMM_BENCH_ENGINES=gpu.grouped.pingpong_m2 timeout 200 $BUILD/moenum_gpu_bench | tail -n +2 \
+      | sed 's/,gpu\.grouped\.pingpong_m2,/,gpu.grouped.pingpong_m2.alone,/'
     timeout 200 python3 bench/gpu_peer_torch.py | tail -n +2
-    timeout 300 python3 bench/gpu_peer_torch.py --calls-per-round 9 | tail -n +2; } >"$OUT/bench.csv" 2>"$OUT/bench.err"
+    timeout 300 python3 bench/gpu_peer_torch.py --calls-per-round 10 | tail -n +2; } >"$OUT/bench.csv" 2>"$OUT/bench.err"
   if [ -s "$OUT/bench.csv" ]; then
     note bench ok "$((SECONDS - t0)) s"
   else
@@ -329,7 +331,7 @@ rows = list(csv.DictReader(open(sys.argv[1])))
 peer = {(r["shape"], r["dist"], r["engine"]): float(r["tflops"]) for r in rows if r["engine"].startswith("torch.")}
 print(f"{'shape':<16}{'dist':<9}{'engine':<28}{'ms':>9}{'TFLOP/s':>9}{'vs torch':>9}{'peer':>20}")
 for r in rows:
-    peer_name = "torch._grouped_mm" if r["engine"].endswith(".alone") else "torch._grouped_mm.x9"
+    peer_name = "torch._grouped_mm" if r["engine"].endswith(".alone") else "torch._grouped_mm.x10"
     p = None if r["engine"].startswith("torch.") else peer.get((r["shape"], r["dist"], peer_name))
     ratio = f"{float(r['tflops']) / p:.2f}" if p else "-"
     print(f"{r['shape']:<16}{r['dist']:<9}{r['engine']:<28}{float(r['ms']):>9.3f}{float(r['tflops']):>9.1f}{ratio:>9}"

@@ -12,6 +12,7 @@ const char* tile_name(Tile t) {
     case Tile::T128x256M2: return "128x256 coop 2x1";
     case Tile::T128x192: return "128x192 coop 1x2";
     case Tile::T128x128Pingpong: return "128x128 pingpong 1x2";
+    case Tile::T128x128PingpongM2: return "128x128 pingpong 2x1";
   }
   return "?";
 }
@@ -95,6 +96,7 @@ std::unique_ptr<GroupedGemmPlan> make_tile_plan(const GroupedGemmDesc& g, Tile t
     case Tile::T128x256M2: return plan(GroupedKernel<LA, LB, D, 256, 1, 2>{});
     case Tile::T128x192: return plan(GroupedKernel<LA, LB, D, 192, 2>{});
     case Tile::T128x128Pingpong: return plan(GroupedKernel<LA, LB, D, 128, 2, 1, Pingpong>{});
+    case Tile::T128x128PingpongM2: return plan(GroupedKernel<LA, LB, D, 128, 1, 2, Pingpong>{});
     case Tile::Auto:
     case Tile::T128x128: break;
   }

@@ -65,6 +65,7 @@ enum class Tile {
   T128x256M2,         // 128x256x64 cooperative, 2x1 cluster (B multicast): torch._grouped_mm's sm90 kernel
   T128x192,           // 128x192x64 cooperative, 1x2 cluster: for N that 128x256 pads more
   T128x128Pingpong,   // 128x128x64 pingpong, 1x2 cluster: short K loops
+  T128x128PingpongM2, // 128x128x64 pingpong, 2x1 cluster (B multicast): for the bench, B-heavy shapes
 };
 const char* tile_name(Tile t);
 
