@@ -122,6 +122,7 @@ endif()
 # ---- GPU benches: off by default, scripts/gpu-check.sh turns them on -----------------------------
 #   moenum_gpu_bench        bench/gpu_gemm_bench.cu   forward grouped GEMM of the engines
 #   moenum_gpu_layer_bench  bench/gpu_layer_bench.cu  the whole layer, graph replay, MXFP8 quantize
+#   moenum_gemm_capi        bench/gpu_gemm_capi.cu    gpu.grouped's fprop for torch (ctypes)
 option(MOENUM_GPU_BENCH "Build the GPU benches (bench/gpu_*.cu)" OFF)
 if(MOENUM_GPU_BENCH)
   foreach(bench IN ITEMS moenum_gpu_bench:gpu_gemm_bench moenum_gpu_layer_bench:gpu_layer_bench)
@@ -132,4 +133,9 @@ if(MOENUM_GPU_BENCH)
     target_link_libraries(${target} PRIVATE moenum_core moenum_gpu)
     target_include_directories(${target} PRIVATE core/include core/gpu)
   endforeach()
+  if(MOENUM_CUTLASS AND MOENUM_GPU_CUTLASS_SOURCES)
+    add_library(moenum_gemm_capi SHARED bench/gpu_gemm_capi.cu ${MOENUM_LINK_OBJECTS})
+    target_link_libraries(moenum_gemm_capi PRIVATE moenum_core moenum_gpu)
+    target_include_directories(moenum_gemm_capi PRIVATE core/include core/gpu)
+  endif()
 endif()

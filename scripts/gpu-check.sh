@@ -293,7 +293,7 @@ fi
 # ---- bench: our engines and torch._grouped_mm on the same shapes, same run ------------------------
 if want bench && [ -x $BUILD/moenum_gpu_bench ]; then
   t0=$SECONDS
-  # Two comparisons, each under one load: gpu.grouped timed alone beside torch timed alone (engine
+  # Three comparisons, each under one load: gpu.grouped timed alone beside torch timed alone (engine
   # "gpu.grouped.alone" against "torch._grouped_mm"), and every engine interleaved round by round
   # beside torch running as many calls per round (against "torch._grouped_mm.x10").
   { timeout 200 $BUILD/moenum_gpu_bench
@@ -302,6 +302,9 @@ if want bench && [ -x $BUILD/moenum_gpu_bench ]; then
       | sed 's/,gpu\.grouped\.pingpong_m2,/,gpu.grouped.pingpong_m2.alone,/'
     timeout 200 python3 bench/gpu_peer_torch.py | tail -n +2
     timeout 300 python3 bench/gpu_peer_torch.py --calls-per-round 10 | tail -n +2; } >"$OUT/bench.csv" 2>"$OUT/bench.err"
+  # and moenum's plan called from torch's process, the two round by round (bench/gpu_gemm_ab_torch.py)
+  [ -f $BUILD/libmoenum_gemm_capi.so ] \
+    && timeout 300 python3 bench/gpu_gemm_ab_torch.py $BUILD/libmoenum_gemm_capi.so >"$OUT/bench_ab.csv" 2>>"$OUT/bench.err"
   if [ -s "$OUT/bench.csv" ]; then
     note bench ok "$((SECONDS - t0)) s"
   else

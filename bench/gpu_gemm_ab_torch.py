@@ -1,0 +1,90 @@
+"""gpu.grouped's forward grouped GEMM and torch._grouped_mm in one process, round by round.
+
+python3 bench/gpu_gemm_ab_torch.py BUILD/libmoenum_gemm_capi.so
+
+The shapes and counts of bench/gpu_peer_torch.py. Each round times one call of every engine (CUDA
+events on torch's stream), in an order that rotates round by round, so both sides run under the
+same load and the same gaps; 3 warm-up rounds, median of 20. moenum's engines run through the C
+entry point of bench/gpu_gemm_capi.cu on torch's tensors. Prints CSV
+shape,dist,engine,ms,tflops,vs_torch,differing (differing: elements whose bits differ from torch's
+output; the same per-element K order gives 0).
+"""
+import ctypes
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_peer_torch import SHAPES, make_counts  # noqa: E402
+
+# values of sm90::Tile (core/gpu/sm90/grouped_sm90.h), with chunks (-1: automatic)
+ENGINES = [("gpu.grouped", 0, -1), ("gpu.grouped.pingpong", 5, -1), ("gpu.grouped.wide_m2_whole", 3, 1)]
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("no CUDA device", file=sys.stderr)
+        return 3
+    lib = ctypes.CDLL(sys.argv[1])
+    lib.moenum_fprop_new.restype = ctypes.c_void_p
+    lib.moenum_fprop_new.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64,
+                                     ctypes.c_void_p]
+    lib.moenum_fprop_run.argtypes = [ctypes.c_void_p] * 6
+    lib.moenum_fprop_free.argtypes = [ctypes.c_void_p]
+    stream = torch.cuda.current_stream()
+    print("shape,dist,engine,ms,tflops,vs_torch,differing")
+    for name, g, m, n, k in SHAPES:
+        a = (torch.rand(m, k, device="cuda") - 0.5).mul_(0.25).to(torch.bfloat16)
+        b = (torch.rand(g, n, k, device="cuda") - 0.5).mul_(0.25).to(torch.bfloat16)
+        bt = b.transpose(-2, -1)
+        for zipf in (False, True):
+            counts = make_counts(g, m, zipf)
+            offs32 = torch.tensor(counts, device="cuda", dtype=torch.int32).cumsum(0, dtype=torch.int32)
+            counts64 = torch.tensor(counts, device="cuda", dtype=torch.int64)
+            offsets64 = torch.cat([torch.zeros(1, dtype=torch.int64, device="cuda"), counts64.cumsum(0)])
+            outs = {"torch._grouped_mm": torch._grouped_mm(a, bt, offs=offs32, out_dtype=torch.bfloat16)}
+            calls = {"torch._grouped_mm": lambda: torch._grouped_mm(a, bt, offs=offs32, out_dtype=torch.bfloat16)}
+            handles = []
+            for engine, tile, chunks in ENGINES:
+                h = lib.moenum_fprop_new(tile, chunks, g, n, k, ctypes.c_void_p(b.data_ptr()))
+                if not h:
+                    return 1
+                handles.append(h)
+                outs[engine] = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+
+                def run(h=h, d=outs[engine]):
+                    if lib.moenum_fprop_run(h, a.data_ptr(), d.data_ptr(), counts64.data_ptr(), offsets64.data_ptr(),
+                                            stream.cuda_stream):
+                        raise RuntimeError("moenum_fprop_run failed")
+                calls[engine] = run
+            timed, names = calls, list(calls)
+            times = {e: [] for e in names}
+            for r in range(23):
+                order = names[r % len(names):] + names[:r % len(names)]
+                for e in order:
+                    t0 = torch.cuda.Event(enable_timing=True)
+                    t1 = torch.cuda.Event(enable_timing=True)
+                    t0.record()
+                    timed[e]()
+                    t1.record()
+                    t1.synchronize()
+                    if r >= 3:
+                        times[e].append(t0.elapsed_time(t1))
+            ref = outs["torch._grouped_mm"].view(torch.int16)
+            med = {e: sorted(v)[len(v) // 2] for e, v in times.items()}
+            for e in names:
+                tflops = 2.0 * m * n * k / (med[e] * 1e-3) / 1e12
+                diff = int((outs[e].view(torch.int16) != ref).sum())
+                print(f"{name},{'zipf1.2' if zipf else 'uniform'},{e},{med[e]:.4f},{tflops:.1f},"
+                      f"{med['torch._grouped_mm'] / med[e]:.3f},{diff}", flush=True)
+            for h in handles:
+                lib.moenum_fprop_free(h)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

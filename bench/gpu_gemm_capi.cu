@@ -1,0 +1,63 @@
+// A C entry point to gpu.grouped's forward grouped GEMM, for bench/gpu_gemm_ab_torch.py: torch
+// calls moenum's plan on its own tensors and stream, so the two are timed round by round in one
+// process under one load (D[M,N] = A[M,K] . B_e^T, B as [groups, N, K], bf16 in and out; counts
+// and offsets int64 on the device, offsets with groups + 1 entries).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <memory>
+
+#include "gemm/grouped_gemm.h"
+#include "sm90/cutlass_engine.h"
+
+namespace {
+
+struct FpropHandle {
+  std::unique_ptr<moenum::gpu::GemmEngine> engine;
+  moenum::gpu::GroupedGemmDesc desc;
+};
+
+}  // namespace
+
+extern "C" {
+
+// tile: the value of sm90::Tile (0 = the automatic choice); chunks: -1 = automatic. Null on failure.
+void* moenum_fprop_new(int tile, int chunks, int groups, int64_t n, int64_t k, const void* b) {
+  try {
+    auto h = std::make_unique<FpropHandle>();
+    h->engine = moenum::gpu::make_cutlass_sm90_engine({static_cast<moenum::gpu::sm90::Tile>(tile), chunks});
+    h->desc.kind = moenum::gpu::GemmKind::Fprop;
+    h->desc.groups = groups;
+    h->desc.n = n;
+    h->desc.k = k;
+    const auto* b16 = static_cast<const uint16_t*>(b);
+    for (int e = 0; e < groups; ++e) h->desc.b_expert.push_back(b16 + size_t(e) * n * k);
+    return h.release();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "moenum_fprop_new: %s\n", e.what());
+    return nullptr;
+  }
+}
+
+// Launches on `stream` (a cudaStream_t); the weights are the ones given to moenum_fprop_new.
+int moenum_fprop_run(void* handle, const void* a, void* d, const int64_t* counts, const int64_t* offsets, void* stream) {
+  try {
+    auto* h = static_cast<FpropHandle*>(handle);
+    h->desc.a = static_cast<const uint16_t*>(a);
+    h->desc.d_rows = static_cast<uint16_t*>(d);
+    h->desc.counts = counts;
+    h->desc.offsets = offsets;
+    const auto s = static_cast<cudaStream_t>(stream);
+    h->engine->begin(counts, h->desc.groups, s);
+    h->engine->run(h->desc, s);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "moenum_fprop_run: %s\n", e.what());
+    return 1;
+  }
+}
+
+void moenum_fprop_free(void* handle) { delete static_cast<FpropHandle*>(handle); }
+}
