@@ -19,7 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_peer_torch import SHAPES, make_counts  # noqa: E402
 
 # values of sm90::Tile (core/gpu/sm90/grouped_sm90.h), with chunks (-1: automatic)
-ENGINES = [("gpu.grouped", 0, -1), ("gpu.grouped.pingpong", 5, -1), ("gpu.grouped.wide_m2_whole", 3, 1)]
+ENGINES = [("gpu.grouped", 0, -1), ("gpu.grouped.pingpong", 5, -1), ("gpu.grouped.pingpong_whole", 5, 1),
+           ("gpu.grouped.pingpong_m2", 6, -1), ("gpu.grouped.wide", 2, -1), ("gpu.grouped.wide_m2", 3, -1),
+           ("gpu.grouped.wide_m2_whole", 3, 1)]
 
 
 def main():
