@@ -175,11 +175,12 @@ TEST(ErrorStats, ALongPairAgreesWithOnePlainPass) {
   for (const std::vector<int64_t>* idx : {whole, every_third}) {
     const ErrorStats s = error_stats(va, vb, Grid::kF32, idx);
     int64_t m = 0, bitwise = 0, le0 = 0, le1 = 0;
-    double max_abs = 0, sum_abs = 0, sum_d2 = 0, sum_b2 = 0;
+    double max_abs = 0, max_rel = 0, sum_abs = 0, sum_d2 = 0, sum_b2 = 0;
     for (int64_t k = 0; k < (idx ? int64_t(idx->size()) : n); ++k) {
       const int64_t i = idx ? (*idx)[k] : k;
       const double d = std::fabs(double(a[i]) - double(b[i]));
       ++m, bitwise += a[i] == b[i], max_abs = std::max(max_abs, d), sum_abs += d;
+      if (b[i] != 0.0f) max_rel = std::max(max_rel, d / std::fabs(double(b[i])));
       sum_d2 += d * d, sum_b2 += double(b[i]) * double(b[i]);
       const double u = ulp_distance(a[i], b[i], Grid::kF32);
       le0 += u == 0.0, le1 += u > 0.0 && u <= 1.0;
@@ -190,9 +191,34 @@ TEST(ErrorStats, ALongPairAgreesWithOnePlainPass) {
     EXPECT_EQ(s.ulps.le1, le1);
     EXPECT_EQ(s.ulps.le0 + s.ulps.le1, m);
     EXPECT_EQ(s.max_abs, max_abs);
+    EXPECT_EQ(s.max_rel, max_rel);
     EXPECT_NEAR(s.mean_abs, sum_abs / double(m), 1e-12 * s.mean_abs);
     EXPECT_NEAR(s.rel_fro, std::sqrt(sum_d2) / std::sqrt(sum_b2), 1e-12 * s.rel_fro);
   }
+}
+
+// max_rel over magnitudes from subnormal to near overflow (quotients that overflow and underflow,
+// zero references, equal pairs) is the largest rounded quotient, bit for bit, and a rise of about
+// one ulp per element is not lost between the lanes.
+TEST(ErrorStats, MaxRelIsTheLargestQuotientOverEveryMagnitude) {
+  const int64_t n = 5 * (int64_t{1} << 14) + 3;
+  std::vector<double> a(n), b(n);
+  uint64_t state = 12345;
+  auto next = [&] { return state = state * 6364136223846793005ull + 1442695040888963407ull; };
+  for (int64_t i = 0; i < n; ++i) {
+    const int eb = int(next() >> 33) % 2090 - 1070, ea = eb + int(next() >> 33) % 41 - 20;
+    const double mb = 1.0 + double(next() >> 12) * 0x1p-52, ma = 1.0 + double(next() >> 12) * 0x1p-52;
+    b[i] = i % 97 == 0 ? 0.0 : std::ldexp(mb, std::clamp(eb, -1074, 1022));
+    a[i] = i % 13 == 0 ? b[i] : std::ldexp(ma, std::clamp(ea, -1074, 1022)) * (i % 2 ? 1.0 : -1.0);
+  }
+  View va{a.data(), Storage::kF64, {n}, "fp64"}, vb{b.data(), Storage::kF64, {n}, "fp64"};
+  double max_rel = 0;
+  for (int64_t i = 0; i < n; ++i)
+    if (b[i] != 0.0) max_rel = std::max(max_rel, std::fabs(a[i] - b[i]) / std::fabs(b[i]));
+  EXPECT_EQ(error_stats(va, vb, Grid::kF64, nullptr).max_rel, max_rel);
+  // quotients rising by about one ulp per element
+  for (int64_t i = 0; i < n; ++i) b[i] = 0.75 - double(i + 1) * 0x1p-53, a[i] = b[i] + 0x1p-20;
+  EXPECT_EQ(error_stats(va, vb, Grid::kF64, nullptr).max_rel, 0x1p-20 / b[n - 1]);
 }
 
 // Finite terms whose magnitudes sum past the fp32 max can overflow in some order: any value, NaN
