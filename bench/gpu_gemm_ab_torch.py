@@ -2,12 +2,13 @@
 
 python3 bench/gpu_gemm_ab_torch.py BUILD/libmoenum_gemm_capi.so
 
-The shapes and counts of bench/gpu_peer_torch.py. Each round times one call of every engine (CUDA
-events on torch's stream), in an order that rotates round by round, so both sides run under the
-same load and the same gaps; 3 warm-up rounds, median of 20. moenum's engines run through the C
-entry point of bench/gpu_gemm_capi.cu on torch's tensors. Prints CSV
-shape,dist,engine,ms,tflops,vs_torch,differing (differing: elements whose bits differ from torch's
-output; the same per-element K order gives 0).
+The shapes and counts of bench/gpu_peer_torch.py. Each round times every engine (CUDA events on
+torch's stream), in an order that rotates round by round, so both sides run under the same load and
+the same gaps; 3 warm-up rounds, median of 20. Two protocols: one call per timing, the GPU idle
+between timings (`calls` 1), and bursts of 5 back to back, as a layer's GEMMs run (`calls` 5, the
+time per call). moenum's engines run through the C entry point of bench/gpu_gemm_capi.cu on torch's
+tensors. Prints CSV shape,dist,calls,engine,ms,tflops,vs_torch,differing (differing: elements whose
+bits differ from torch's output; the same per-element K order gives 0).
 """
 import ctypes
 import sys
@@ -24,6 +25,23 @@ ENGINES = [("gpu.grouped", 0, -1), ("gpu.grouped.pingpong", 5, -1), ("gpu.groupe
            ("gpu.grouped.wide_m2_whole", 3, 1)]
 
 
+def median_ms(calls, names, burst):
+    """Median ms per call of each engine, timing `burst` back-to-back calls, rounds rotating the order."""
+    times = {e: [] for e in names}
+    for r in range(23):
+        for e in names[r % len(names):] + names[:r % len(names)]:
+            t0 = torch.cuda.Event(enable_timing=True)
+            t1 = torch.cuda.Event(enable_timing=True)
+            t0.record()
+            for _ in range(burst):
+                calls[e]()
+            t1.record()
+            t1.synchronize()
+            if r >= 3:
+                times[e].append(t0.elapsed_time(t1) / burst)
+    return {e: sorted(v)[len(v) // 2] for e, v in times.items()}
+
+
 def main():
     if len(sys.argv) != 2:
         print(__doc__, file=sys.stderr)
@@ -38,7 +56,7 @@ def main():
     lib.moenum_fprop_run.argtypes = [ctypes.c_void_p] * 6
     lib.moenum_fprop_free.argtypes = [ctypes.c_void_p]
     stream = torch.cuda.current_stream()
-    print("shape,dist,engine,ms,tflops,vs_torch,differing")
+    print("shape,dist,calls,engine,ms,tflops,vs_torch,differing")
     for name, g, m, n, k in SHAPES:
         a = (torch.rand(m, k, device="cuda") - 0.5).mul_(0.25).to(torch.bfloat16)
         b = (torch.rand(g, n, k, device="cuda") - 0.5).mul_(0.25).to(torch.bfloat16)
@@ -63,26 +81,15 @@ def main():
                                             stream.cuda_stream):
                         raise RuntimeError("moenum_fprop_run failed")
                 calls[engine] = run
-            timed, names = calls, list(calls)
-            times = {e: [] for e in names}
-            for r in range(23):
-                order = names[r % len(names):] + names[:r % len(names)]
-                for e in order:
-                    t0 = torch.cuda.Event(enable_timing=True)
-                    t1 = torch.cuda.Event(enable_timing=True)
-                    t0.record()
-                    timed[e]()
-                    t1.record()
-                    t1.synchronize()
-                    if r >= 3:
-                        times[e].append(t0.elapsed_time(t1))
+            names = list(calls)
             ref = outs["torch._grouped_mm"].view(torch.int16)
-            med = {e: sorted(v)[len(v) // 2] for e, v in times.items()}
-            for e in names:
-                tflops = 2.0 * m * n * k / (med[e] * 1e-3) / 1e12
-                diff = int((outs[e].view(torch.int16) != ref).sum())
-                print(f"{name},{'zipf1.2' if zipf else 'uniform'},{e},{med[e]:.4f},{tflops:.1f},"
-                      f"{med['torch._grouped_mm'] / med[e]:.3f},{diff}", flush=True)
+            for burst in (1, 5):
+                med = median_ms(calls, names, burst)
+                for e in names:
+                    tflops = 2.0 * m * n * k / (med[e] * 1e-3) / 1e12
+                    diff = int((outs[e].view(torch.int16) != ref).sum())
+                    print(f"{name},{'zipf1.2' if zipf else 'uniform'},{burst},{e},{med[e]:.4f},{tflops:.1f},"
+                          f"{med['torch._grouped_mm'] / med[e]:.3f},{diff}", flush=True)
             for h in handles:
                 lib.moenum_fprop_free(h)
     return 0
