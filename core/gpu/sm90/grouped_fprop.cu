@@ -137,12 +137,7 @@ class CountsChosenPlan final : public GroupedGemmPlan {
       unsigned open_for = 0;
       for (CountsClass k : classes)
         if (tiles.for_class(k) == tile) open_for |= 1u << static_cast<int>(k);
-      // A closed plan's kernel still walks all its (empty) sub-groups, 32 per dependent step. Small
-      // balanced groups hold at most kSkewedMaxOverMean * kSmallGroupRows rows each, never more than
-      // one sub-group of chunk_rows, so a plan open for them alone needs one entry per group.
-      const bool small_groups_only = open_for == 1u << static_cast<int>(CountsClass::kSmallGroups);
-      const int plan_chunks = small_groups_only && chunk_rows >= kSkewedMaxOverMean * kSmallGroupRows ? 1 : chunks;
-      plans_.push_back(make_tile_plan(g, tile, plan_chunks, chunk_rows, {counts_class_.get(), open_for}));
+      plans_.push_back(make_tile_plan(g, tile, chunks, chunk_rows, {counts_class_.get(), open_for}));
     }
   }
 
