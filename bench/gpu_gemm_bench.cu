@@ -74,22 +74,22 @@ __global__ void count_mismatch(const uint16_t* a, const uint16_t* b, size_t n, u
 }
 
 #ifdef MOENUM_HAVE_CUTLASS
-// Which configuration gpu.grouped runs on these counts (one host read of the device's class of the
-// counts, outside any timed region), to stderr.
+// Which configuration gpu.grouped runs on these counts (one host read of the device's skew flag,
+// outside any timed region), to stderr.
 void report_auto_choice(const GroupedGemmDesc& g, const char* shape, const char* dist, cudaStream_t s) {
   namespace sm90 = moenum::gpu::sm90;
   const sm90::FpropTiles tiles = sm90::fprop_tiles(g);
-  std::string how = "static";
+  const char* how = "static";
   sm90::Tile tile = tiles.even;
   if (tiles.chosen_on_device()) {
-    DeviceBuffer<int> counts_class(1);
-    sm90::launch_counts_class(g.counts, g.groups, counts_class.get(), s);
-    const auto c = static_cast<sm90::CountsClass>(counts_class.download(s)[0]);
-    how = std::string("device: ") + sm90::counts_class_name(c);
-    tile = tiles.for_class(c);
+    DeviceBuffer<int> flag(1);
+    sm90::launch_counts_skewed(g.counts, g.groups, flag.get(), s);
+    const bool skewed = flag.download(s)[0] != 0;
+    how = skewed ? "device: counts skewed" : "device: counts even";
+    tile = skewed ? tiles.skewed : tiles.even;
   }
-  std::fprintf(stderr, "%s %s: auto tile %s (%s), sub-groups per group %d\n", shape, dist, sm90::tile_name(tile),
-               how.c_str(), sm90::default_chunks(g));
+  std::fprintf(stderr, "%s %s: auto tile %s (%s), sub-groups per group %d\n", shape, dist, sm90::tile_name(tile), how,
+               sm90::default_chunks(g));
 }
 #endif
 

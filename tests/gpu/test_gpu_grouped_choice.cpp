@@ -1,12 +1,11 @@
 // The automatic Fprop configuration of gpu.grouped that is picked on the device from the counts
-// (grouped_sm90.h, fprop_tiles): the class of the counts puts the bench's routings on the intended
-// side, and the automatic engine gives the single-configuration engine's output bit for bit on
-// counts of every class, eagerly and replayed from one CUDA graph across changes of the counts.
+// (grouped_sm90.h, fprop_tiles): the skew flag puts the bench's routings on the intended side, and
+// the automatic engine gives the single-configuration engine's output bit for bit on even and
+// skewed counts, eagerly and replayed from one CUDA graph across a change of counts.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
-#include <tuple>
 #include <vector>
 
 #include "device_buffer.h"
@@ -37,14 +36,13 @@ std::vector<int64_t> bench_counts(int groups, int64_t rows, bool zipf) {
   return c;
 }
 
-sm90::CountsClass device_class(const std::vector<int64_t>& counts) {
+bool device_says_skewed(const std::vector<int64_t>& counts) {
   DeviceBuffer<int64_t> d;
   d.upload(counts);
-  DeviceBuffer<int> counts_class(1);
-  sm90::launch_counts_class(d.get(), static_cast<int>(counts.size()), counts_class.get(), nullptr);
-  return static_cast<sm90::CountsClass>(counts_class.download()[0]);
+  DeviceBuffer<int> flag(1);
+  sm90::launch_counts_skewed(d.get(), static_cast<int>(counts.size()), flag.get(), nullptr);
+  return flag.download()[0] != 0;
 }
-using Class = sm90::CountsClass;
 
 // Deterministic bf16 patterns of small finite values (sign, exponent 120..127, random mantissa).
 std::vector<uint16_t> bf16_values(size_t n, uint32_t seed) {
@@ -57,11 +55,10 @@ std::vector<uint16_t> bf16_values(size_t n, uint32_t seed) {
   return v;
 }
 
-// One Fprop GEMM in the range where the choice is made on the device among three configurations
-// (K >= 4096, N >= 1024).
+// One Fprop GEMM in the range where the choice is made on the device (K >= 4096, N >= 1024).
 struct FpropCase {
   static constexpr int kGroups = 8;
-  static constexpr int64_t kRows = 4096, kN = 1024, kK = 4096;
+  static constexpr int64_t kRows = 2048, kN = 1024, kK = 4096;
   DeviceBuffer<uint16_t> a, b, d;
   DeviceBuffer<int64_t> counts{kGroups}, offsets{kGroups + 1};
   gpu::GroupedGemmDesc g;
@@ -86,38 +83,26 @@ struct FpropCase {
   }
 };
 
-// 512 rows per group; 256 (two M tiles: small groups, half the rows unused); zipf s=1.2
 const std::vector<int64_t> kEven(FpropCase::kGroups, FpropCase::kRows / FpropCase::kGroups);
-const std::vector<int64_t> kSmallGroups(FpropCase::kGroups, 256);
 const std::vector<int64_t> kSkewed = bench_counts(FpropCase::kGroups, FpropCase::kRows, true);
-const std::vector<int64_t>* const kCountSets[] = {&kEven, &kSmallGroups, &kSkewed};
-const char* set_name(const std::vector<int64_t>* c) {
-  return c == &kEven ? "even counts" : c == &kSmallGroups ? "small groups" : "skewed counts";
-}
 #endif
 
-TEST(GpuGroupedChoice, CountsClassSplitsTheBenchRoutings) {
+TEST(GpuGroupedChoice, SkewFlagSplitsTheBenchRoutings) {
   MOENUM_REQUIRE_GPU();
 #ifndef MOENUM_HAVE_CUTLASS
   GTEST_SKIP() << "built without CUTLASS: gpu.grouped not available";
 #else
-  // The bench's group counts and rows: uniform Qwen3.5-35B (256 experts) and gpt-oss-120b (128
-  // experts, 32k rows) have 256 rows per group, the others more.
-  const std::tuple<int, int64_t, Class> shapes[] = {{8, 16384, Class::kEven},          {32, 32768, Class::kEven},
-                                                     {128, 65536, Class::kEven},        {128, 32768, Class::kSmallGroups},
-                                                     {256, 65536, Class::kSmallGroups}};
-  for (auto [groups, rows, uniform] : shapes) {
-    EXPECT_EQ(device_class(bench_counts(groups, rows, false)), uniform) << groups << " groups, uniform";
-    EXPECT_EQ(device_class(bench_counts(groups, rows, true)), Class::kSkewed) << groups << " groups, zipf 1.2";
+  // The bench's group counts and rows (the 8 and 32 expert shapes are the ones with K >= 4096).
+  const std::pair<int, int64_t> shapes[] = {{8, 16384}, {32, 32768}, {128, 65536}, {256, 65536}};
+  for (auto [groups, rows] : shapes) {
+    EXPECT_FALSE(device_says_skewed(bench_counts(groups, rows, false))) << groups << " groups, uniform";
+    EXPECT_TRUE(device_says_skewed(bench_counts(groups, rows, true))) << groups << " groups, zipf 1.2";
   }
-  // The thresholds: the largest group more than twice the mean; at most 256 rows per group on average.
-  EXPECT_EQ(device_class({1024, 512, 512, 0}), Class::kEven);  // max 1024 = 2 x mean 512
-  EXPECT_EQ(device_class({1040, 496, 512, 0}), Class::kSkewed);
-  EXPECT_EQ(device_class({512, 256, 256, 0}), Class::kSmallGroups);  // mean 256
-  EXPECT_EQ(device_class({512, 272, 256, 0}), Class::kEven);         // mean 260
-  EXPECT_EQ(device_class({0, 0, 0, 0}), Class::kSmallGroups);
-  EXPECT_EQ(device_class(std::vector<int64_t>(1000, 16)), Class::kSmallGroups);  // more groups than threads
-  EXPECT_EQ(device_class(std::vector<int64_t>(1000, 400)), Class::kEven);
+  // The threshold: the largest group more than twice the mean.
+  EXPECT_FALSE(device_says_skewed({512, 256, 256, 0}));  // max 512 = 2 x mean 256
+  EXPECT_TRUE(device_says_skewed({528, 240, 256, 0}));
+  EXPECT_FALSE(device_says_skewed({0, 0, 0, 0}));
+  EXPECT_FALSE(device_says_skewed(std::vector<int64_t>(1000, 16)));  // more groups than threads
 #endif
 }
 
@@ -131,24 +116,22 @@ TEST(GpuGroupedChoice, AutomaticEngineMatchesBaseBitwise) {
   const sm90::FpropTiles tiles = sm90::fprop_tiles(c.g);
   ASSERT_TRUE(tiles.chosen_on_device()) << "the case should be one where the counts decide";
   EXPECT_EQ(tiles.even, sm90::Tile::T128x128Pingpong);
-  EXPECT_EQ(tiles.small_groups, sm90::Tile::T128x128PingpongM2);
   EXPECT_EQ(tiles.skewed, sm90::Tile::T128x256);
-  EXPECT_EQ(device_class(kEven), Class::kEven);
-  EXPECT_EQ(device_class(kSmallGroups), Class::kSmallGroups);
-  EXPECT_EQ(device_class(kSkewed), Class::kSkewed);
+  EXPECT_FALSE(device_says_skewed(kEven));
+  EXPECT_TRUE(device_says_skewed(kSkewed));
 
   cudaStream_t s;
   ASSERT_EQ(cudaSuccess, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   auto base = gpu::make_cutlass_sm90_engine({sm90::Tile::T128x128, 1});
   auto automatic = gpu::make_cutlass_sm90_engine();
-  for (const auto* counts : kCountSets) {
-    const char* what = set_name(counts);
+  for (const auto* counts : {&kEven, &kSkewed}) {
+    const char* what = counts == &kEven ? "even counts" : "skewed counts";
     c.set_counts(*counts, s);
     const std::vector<uint16_t> want = c.run(*base, s);
     EXPECT_EQ(want, c.run(*automatic, s)) << what;
-    // Each of the three configurations alone gives the same bits too.
-    for (sm90::Tile t : {tiles.even, tiles.small_groups, tiles.skewed})
-      EXPECT_EQ(want, c.run(*gpu::make_cutlass_sm90_engine({t, -1}), s)) << what << ", " << sm90::tile_name(t);
+    // Each of the two configurations alone gives the same bits too.
+    EXPECT_EQ(want, c.run(*gpu::make_cutlass_sm90_engine({tiles.even, -1}), s)) << what << ", " << sm90::tile_name(tiles.even);
+    EXPECT_EQ(want, c.run(*gpu::make_cutlass_sm90_engine({tiles.skewed, -1}), s)) << what << ", " << sm90::tile_name(tiles.skewed);
   }
   ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(s));
   cudaStreamDestroy(s);
@@ -165,11 +148,10 @@ TEST(GpuGroupedChoice, GraphReplayFollowsNewCounts) {
   cudaStream_t s;
   ASSERT_EQ(cudaSuccess, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   auto base = gpu::make_cutlass_sm90_engine({sm90::Tile::T128x128, 1});
-  std::vector<std::vector<uint16_t>> want;
-  for (const auto* counts : kCountSets) {
-    c.set_counts(*counts, s);
-    want.push_back(c.run(*base, s));
-  }
+  c.set_counts(kEven, s);
+  const std::vector<uint16_t> want_even = c.run(*base, s);
+  c.set_counts(kSkewed, s);
+  const std::vector<uint16_t> want_skewed = c.run(*base, s);
 
   auto automatic = gpu::make_cutlass_sm90_engine();
   c.run(*automatic, s);  // first run outside the capture: creates the plans (allocations)
@@ -180,11 +162,12 @@ TEST(GpuGroupedChoice, GraphReplayFollowsNewCounts) {
   ASSERT_EQ(cudaSuccess, cudaStreamEndCapture(s, &graph));
   ASSERT_EQ(cudaSuccess, cudaGraphInstantiate(&exec, graph, 0));
 
-  for (int set : {0, 1, 2, 0, 2, 1}) {
-    c.set_counts(*kCountSets[set], s);  // same buffers, new values
+  for (const auto* counts : {&kEven, &kSkewed, &kEven}) {
+    c.set_counts(*counts, s);  // same buffers, new values
     c.poison(s);
     ASSERT_EQ(cudaSuccess, cudaGraphLaunch(exec, s));
-    EXPECT_EQ(want[set], c.d.download(s)) << "replay, " << set_name(kCountSets[set]);
+    EXPECT_EQ(counts == &kEven ? want_even : want_skewed, c.d.download(s))
+        << (counts == &kEven ? "replay, even counts" : "replay, skewed counts");
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);

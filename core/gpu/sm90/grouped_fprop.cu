@@ -1,7 +1,5 @@
 // Fprop layout: A [rows, k] row-major, B_e [n, k] (K contiguous: ColumnMajor K x N), D bf16.
 // The tile configurations of Tile (grouped_sm90.h) and the automatic choice among them (fprop_tiles).
-#include <vector>
-
 #include "sm90/grouped_sm90.cuh"
 
 namespace moenum::gpu::sm90 {
@@ -19,53 +17,36 @@ const char* tile_name(Tile t) {
   return "?";
 }
 
-const char* counts_class_name(CountsClass c) {
-  switch (c) {
-    case CountsClass::kEven: return "counts even";
-    case CountsClass::kSmallGroups: return "counts even, small groups";
-    case CountsClass::kSkewed: return "counts skewed";
-  }
-  return "?";
-}
-
-// The automatic choice, from the H200 bench (torch._grouped_mm and every configuration timed round
-// by round in one process, bench/gpu_gemm_ab_torch.py; every shape with uniform and zipf s=1.2
-// counts; bench/RESULTS.md):
+// The automatic choice, from the H200 bench (bench/gpu_gemm_bench.cu, every shape with uniform and
+// zipf s=1.2 counts, against torch._grouped_mm): the 128x128 pingpong tile reaches torch (0.97x to
+// 1.33x, the best or within noise of it on most) on uniform counts and on every shape with K < 4096,
+// but with skewed counts and a long K loop it falls behind the 128x256 tile (DeepSeek-V3 FC1,
+// K = 7168, zipf: 0.89x against 1.03x; Mixtral FC1/FC2, zipf: 0.99x/1.02x against 1.01x/1.02x). So
 //   N < 1024 or not a multiple of 64: 128x128 cooperative (too few wide tiles to fill the machine);
-//   skewed counts: 128x128 pingpong for K < 4096; for a longer K loop the 128x256 tile (DeepSeek-V3
-//              FC1 zipf: 1.01x torch against pingpong's 0.88x; Mixtral FC1/FC2 zipf 1.03-1.09x);
-//   small groups (balanced, at most two M tiles of 128 rows per group on average): 128x128
-//              pingpong with a 2x1 cluster. Such a group's B (N x K) outweighs its A, and the
-//              cluster's two CTAs, on the group's two M tiles, share each B tile by multicast
-//              (Qwen3.5-35B FC1 uniform: 1.00-1.02x against 0.93-0.96x; gpt-oss-120b 1.02-1.05x
-//              against 1.00). It rounds each group's M tiles up to an even count, which costs skewed
-//              counts (many one-tile groups) 5-15%, hence the balance condition;
-//   otherwise: 128x128 pingpong, one warp group's epilogue under the other's mainloop (1.01-1.16x).
+//   K < 4096: 128x128 pingpong whatever the counts;
+//   K >= 4096: 128x128 pingpong, or 128x256 cooperative 1x2 when the counts are skewed (on the
+//              device, counts_skewed below).
 // 128x192 is not chosen: it led on no shape beyond the noise (gpt-oss FC1, N = 5760, whose padding
-// it was for).
+// it was for: 1.02x/1.17x against pingpong's 1.02x/1.19x).
 static constexpr int64_t kLongK = 4096;
 
 FpropTiles fprop_tiles(const GroupedGemmDesc& g) {
-  if (g.kind != GemmKind::Fprop || g.n < 1024 || g.n % 64 != 0)
-    return {Tile::T128x128, Tile::T128x128, Tile::T128x128};
-  const Tile skewed = g.k < kLongK ? Tile::T128x128Pingpong : Tile::T128x256;
-  return {Tile::T128x128Pingpong, Tile::T128x128PingpongM2, skewed};
+  if (g.kind != GemmKind::Fprop || g.n < 1024 || g.n % 64 != 0) return {Tile::T128x128, Tile::T128x128};
+  if (g.k < kLongK) return {Tile::T128x128Pingpong, Tile::T128x128Pingpong};
+  return {Tile::T128x128Pingpong, Tile::T128x256};
 }
 
 // Skewed: the largest group holds more than twice the mean rows (max * groups > 2 * total, exact in
 // integers). Uniform counts sit at 1; the bench's zipf s=1.2 counts at about 3.4 over 8 experts and
-// 10 over 32 (more with more experts). Small groups: not skewed, and at most two M tiles' rows per
-// group on average (total <= 2 * 128 * groups).
+// 10 over 32 (more with more experts).
 static constexpr int64_t kSkewedMaxOverMean = 2;
-static constexpr int64_t kSmallGroupRows = 2 * 128;
 
-__host__ __device__ constexpr CountsClass classify_counts(int64_t max_count, int64_t total, int groups) {
-  if (max_count * groups > kSkewedMaxOverMean * total) return CountsClass::kSkewed;
-  return total <= kSmallGroupRows * groups ? CountsClass::kSmallGroups : CountsClass::kEven;
+__host__ __device__ constexpr bool counts_skewed(int64_t max_count, int64_t total, int groups) {
+  return max_count * groups > kSkewedMaxOverMean * total;
 }
 
-// One block: the max and the sum of the counts, then the class.
-__global__ void counts_class_kernel(const int64_t* counts, int groups, int* counts_class) {
+// One block: the max and the sum of the counts, then the flag.
+__global__ void counts_skewed_kernel(const int64_t* counts, int groups, int* skewed) {
   constexpr int kThreads = 256;
   __shared__ int64_t smax[kThreads], ssum[kThreads];
   const int t = threadIdx.x;
@@ -85,11 +66,11 @@ __global__ void counts_class_kernel(const int64_t* counts, int groups, int* coun
     }
     __syncthreads();
   }
-  if (t == 0) *counts_class = static_cast<int>(classify_counts(smax[0], ssum[0], groups));
+  if (t == 0) *skewed = counts_skewed(smax[0], ssum[0], groups) ? 1 : 0;
 }
 
-void launch_counts_class(const int64_t* counts, int groups, int* counts_class, cudaStream_t s) {
-  counts_class_kernel<<<1, 256, 0, s>>>(counts, groups, counts_class);
+void launch_counts_skewed(const int64_t* counts, int groups, int* skewed, cudaStream_t s) {
+  counts_skewed_kernel<<<1, 256, 0, s>>>(counts, groups, skewed);
   MOENUM_CUDA_LAUNCH_CHECK();
 }
 
@@ -122,33 +103,24 @@ std::unique_ptr<GroupedGemmPlan> make_tile_plan(const GroupedGemmDesc& g, Tile t
   return plan(GroupedKernel<LA, LB, D>{});
 }
 
-// One plan per configuration the counts can pick, each open for the classes that pick it, one run
-// per launch chosen on the device (see grouped_sm90.h): the class first, then every plan, so exactly
-// one finds tiles.
+// Two configurations, one run per launch, picked on the device from the counts (see grouped_sm90.h):
+// the skew flag first, then both plans, each gated on it, so exactly one finds tiles.
 class CountsChosenPlan final : public GroupedGemmPlan {
  public:
-  CountsChosenPlan(const GroupedGemmDesc& g, FpropTiles tiles, int chunks, int64_t chunk_rows) : counts_class_(1) {
-    const CountsClass classes[] = {CountsClass::kEven, CountsClass::kSmallGroups, CountsClass::kSkewed};
-    std::vector<Tile> made;
-    for (CountsClass c : classes) {
-      const Tile tile = tiles.for_class(c);
-      if (std::find(made.begin(), made.end(), tile) != made.end()) continue;
-      made.push_back(tile);
-      unsigned open_for = 0;
-      for (CountsClass k : classes)
-        if (tiles.for_class(k) == tile) open_for |= 1u << static_cast<int>(k);
-      plans_.push_back(make_tile_plan(g, tile, chunks, chunk_rows, {counts_class_.get(), open_for}));
-    }
-  }
+  CountsChosenPlan(const GroupedGemmDesc& g, FpropTiles tiles, int chunks, int64_t chunk_rows)
+      : skewed_(1),
+        even_(make_tile_plan(g, tiles.even, chunks, chunk_rows, {skewed_.get(), 0})),
+        skew_(make_tile_plan(g, tiles.skewed, chunks, chunk_rows, {skewed_.get(), 1})) {}
 
   void launch(const GroupedGemmDesc& g, cudaStream_t s) override {
-    launch_counts_class(g.counts, g.groups, counts_class_.get(), s);
-    for (auto& plan : plans_) plan->launch(g, s);
+    launch_counts_skewed(g.counts, g.groups, skewed_.get(), s);
+    even_->launch(g, s);
+    skew_->launch(g, s);
   }
 
  private:
-  DeviceBuffer<int> counts_class_;  // before the plans: they hold its address
-  std::vector<std::unique_ptr<GroupedGemmPlan>> plans_;
+  DeviceBuffer<int> skewed_;  // before the plans: they hold its address
+  std::unique_ptr<GroupedGemmPlan> even_, skew_;
 };
 
 }  // namespace

@@ -85,13 +85,12 @@ struct GroupedKernel {
   using StrideD = typename Gemm::GemmKernel::InternalStrideD;
 };
 
-// A device value that opens or closes a plan per launch: closed, its sizes are all M = 0, so its
+// A device flag that opens or closes a plan per launch: closed, its sizes are all M = 0, so its
 // grouped kernel finds no tiles and exits at once. How the automatic Fprop choice (fprop_tiles)
-// runs one configuration per class of counts without a host read: the plan is open when bit
-// *counts_class of open_for is set. No value: always open.
+// runs one of two configurations without a host read. No flag: always open.
 struct Gate {
-  const int* counts_class = nullptr;
-  unsigned open_for = 0;
+  const int* flag = nullptr;
+  int open_when = 0;
 };
 
 // Per-group sizes and pointers from the device counts/offsets (one thread per sub-group).
@@ -111,7 +110,7 @@ __global__ void fill_groups(int groups, int chunks, int64_t min_rows, int64_t ti
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= groups * chunks) return;
   const int e = i % groups, j = i / groups;
-  const bool closed = gate.counts_class != nullptr && !(gate.open_for >> *gate.counts_class & 1u);
+  const bool closed = gate.flag != nullptr && *gate.flag != gate.open_when;
   int64_t cnt = closed ? 0 : counts[e], off = offsets[e];
   if (rows_major) {
     int64_t chunk = (cnt + chunks - 1) / chunks;

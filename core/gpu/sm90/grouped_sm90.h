@@ -7,11 +7,11 @@
 // GEMM kind); only the automatic Fprop tile may also depend on the counts, and then it is picked on
 // the device at every launch:
 //   tile  : 128x128x64 cooperative (every kind), or for Fprop one of the wider or pingpong
-//           configurations of Tile (fprop_tiles: from N and K, and from the class of the counts;
-//           the others on request, for the bench). A choice on the device builds one plan per
-//           configuration it can pick; a tiny kernel classifies the counts, and every plan is
-//           launched back to back, those not chosen with all-empty groups (no tiles, they exit at
-//           once). No host read, so it stays graph-capturable.
+//           configurations of Tile (fprop_tiles: from N and K, and for a long K from the skew of
+//           the counts; the others on request, for the bench). A choice on the device builds both
+//           configurations' plans; a tiny kernel sets a skew flag from the counts, and both
+//           kernels are launched back to back, the one not chosen with all-empty groups (no tiles,
+//           it exits at once). No host read, so it stays graph-capturable.
 //   chunks: Fprop/Dgrad split each group's rows, on the device, into up to `chunks` sub-groups of at
 //           least `chunk_rows` rows (multiples of the tile's M). CUTLASS's grouped tile scheduler
 //           walks a group's tiles along M (no swizzle without host problem sizes), so one wave of a
@@ -65,7 +65,7 @@ enum class Tile {
   T128x256M2,         // 128x256x64 cooperative, 2x1 cluster (B multicast): torch._grouped_mm's sm90 kernel
   T128x192,           // 128x192x64 cooperative, 1x2 cluster: for N that 128x256 pads more
   T128x128Pingpong,   // 128x128x64 pingpong, 1x2 cluster: short K loops
-  T128x128PingpongM2, // 128x128x64 pingpong, 2x1 cluster (B multicast): balanced small groups
+  T128x128PingpongM2, // 128x128x64 pingpong, 2x1 cluster (B multicast): for the bench, B-heavy shapes
 };
 const char* tile_name(Tile t);
 
@@ -79,30 +79,20 @@ std::unique_ptr<GroupedGemmPlan> make_fprop_plan(const GroupedGemmDesc& g, const
 std::unique_ptr<GroupedGemmPlan> make_dgrad_plan(const GroupedGemmDesc& g, const PlanOptions& o);  // A row, B row, D bf16
 std::unique_ptr<GroupedGemmPlan> make_wgrad_plan(const GroupedGemmDesc& g, const PlanOptions& o);  // A col, B row, D fp32
 
-// The classes of counts the automatic Fprop choice tells apart (thresholds in grouped_fprop.cu):
-// skewed (the largest group well above the mean), small groups (balanced, at most two M tiles per
-// group on average), and the other balanced counts.
-enum class CountsClass : int { kEven = 0, kSmallGroups = 1, kSkewed = 2 };
-const char* counts_class_name(CountsClass c);
-
-// The automatic Fprop configuration for each class of counts (the rule is in grouped_fprop.cu).
-// All equal when the counts do not matter.
+// The automatic Fprop configuration: `even` for balanced counts, `skewed` for skewed ones (the rule
+// and its threshold are in grouped_fprop.cu). Equal when the counts do not matter.
 struct FpropTiles {
   Tile even;
-  Tile small_groups;
   Tile skewed;
-  Tile for_class(CountsClass c) const {
-    return c == CountsClass::kSkewed ? skewed : c == CountsClass::kSmallGroups ? small_groups : even;
-  }
-  bool chosen_on_device() const { return even != skewed || even != small_groups; }
+  bool chosen_on_device() const { return even != skewed; }
 };
 
 // The choices (see above); exposed so the bench can report them.
 FpropTiles fprop_tiles(const GroupedGemmDesc& g);
 int default_chunks(const GroupedGemmDesc& g);
 
-// Sets *counts_class (device) to the CountsClass of the device counts[0, groups): one small kernel
-// on s, no host read. Exposed for the tests and the bench.
-void launch_counts_class(const int64_t* counts, int groups, int* counts_class, cudaStream_t s);
+// Sets *skewed (device) to 1 when the device counts[0, groups) are skewed in the sense of
+// fprop_tiles, else 0: one small kernel on s, no host read. Exposed for the tests and the bench.
+void launch_counts_skewed(const int64_t* counts, int groups, int* skewed, cudaStream_t s);
 
 }  // namespace moenum::gpu::sm90
