@@ -6,6 +6,8 @@
 #include <cstring>
 #include <vector>
 
+#include <omp.h>
+
 #include "large_matrix.h"
 #include "moenum/error.h"
 
@@ -274,27 +276,49 @@ Matrix certify_gemm_nt(const Matrix& A, const Matrix& B, const Vector* bias, Mat
   const std::vector<int>& qa = grids ? grids->a : own.a;
   const std::vector<int>& qb = grids ? grids->b : own.b;
   MOENUM_CHECK(int64_t(qa.size()) == M && int64_t(qb.size()) == N, "certify_gemm_nt: grids of other operands");
-  int64_t exact = 0;
-  for (int64_t i = 0; i < M; ++i) {
-    for (int64_t j = 0; j < N; ++j) {
-      float v;
-      int q = std::min(qa[i] + qb[j], kNoGrid);
-      if (bias) q = std::min(q, lsb_exponent((*bias)(j)));
-      if (opt.force_exact || !certify_f32(Cd(i, j), S(i, j), nterms, q, &v)) {
-        ExactSum acc;
-        const double* a = A.data() + i * K;
-        const double* b = B.data() + j * K;
-        for (int64_t k = 0; k < K; ++k) acc.add_product(a[k], b[k]);
-        if (bias) acc.add((*bias)(j));
-        v = acc.round_f32();
-        ++exact;
+  // Rows [i0, i1): every output alone, so how the rows are split changes no value. Returns how many
+  // took the exact path.
+  const auto certify_rows = [&](int64_t i0, int64_t i1) {
+    int64_t exact = 0;
+    for (int64_t i = i0; i < i1; ++i) {
+      for (int64_t j = 0; j < N; ++j) {
+        float v;
+        int q = std::min(qa[i] + qb[j], kNoGrid);
+        if (bias) q = std::min(q, lsb_exponent((*bias)(j)));
+        if (opt.force_exact || !certify_f32(Cd(i, j), S(i, j), nterms, q, &v)) {
+          ExactSum acc;
+          const double* a = A.data() + i * K;
+          const double* b = B.data() + j * K;
+          for (int64_t k = 0; k < K; ++k) acc.add_product(a[k], b[k]);
+          if (bias) acc.add((*bias)(j));
+          v = acc.round_f32();
+          ++exact;
+        }
+        C(i, j) = v;
       }
-      C(i, j) = v;
     }
+    return exact;
+  };
+  // Blocks of rows as tasks: the exact path is rare but K products long each, and one large expert's
+  // GEMM would otherwise hold one thread while the others idle. Inside a parallel region (the
+  // layer's segments run in one) the team's idle threads take the tasks at its barrier; outside
+  // one, a parallel loop runs them.
+  constexpr int64_t kRowsPerTask = 16;
+  const int64_t blocks = (M + kRowsPerTask - 1) / kRowsPerTask;
+  std::vector<int64_t> exact_in(size_t(blocks), 0);
+  const auto run_block = [&](int64_t blk) {
+    exact_in[size_t(blk)] = certify_rows(blk * kRowsPerTask, std::min(M, (blk + 1) * kRowsPerTask));
+  };
+  if (omp_in_parallel()) {
+#pragma omp taskloop grainsize(1)
+    for (int64_t blk = 0; blk < blocks; ++blk) run_block(blk);
+  } else {
+#pragma omp parallel for schedule(dynamic, 1) if (blocks > 1)
+    for (int64_t blk = 0; blk < blocks; ++blk) run_block(blk);
   }
   if (stats) {
     stats->outputs += M * N;
-    stats->exact_path += exact;
+    for (int64_t e : exact_in) stats->exact_path += e;
   }
   return C;
 }

@@ -266,6 +266,25 @@ TEST(ExactGemm, IndependentOfThreadCount) {
   expect_bitwise_equal(gemm_nt_rn_f32(Ap, Bp), C1);
 }
 
+// Inside a parallel region (as the layer's segments call it) the rows run as tasks of the team; the
+// outputs and the exact-path count are those of the call outside one, with the exact path forced
+// so every task does the long work.
+TEST(ExactGemm, TasksInsideAParallelRegionGiveTheSameResult) {
+  std::mt19937_64 gen(7);
+  const Matrix A = random_f32_wide(70, 129, gen), B = random_f32_wide(33, 129, gen);
+  GemmStats outside, inside[2];
+  const Matrix C = gemm_nt_rn_f32(A, B, nullptr, &outside, {.force_exact = true});
+  Matrix Ci[2];
+#pragma omp parallel for num_threads(2) schedule(static, 1)
+  for (int t = 0; t < 2; ++t) Ci[t] = gemm_nt_rn_f32(A, B, nullptr, &inside[t], {.force_exact = true});
+  for (int t = 0; t < 2; ++t) {
+    expect_bitwise_equal(C, Ci[t]);
+    EXPECT_EQ(inside[t].exact_path, 70 * 33);
+    EXPECT_EQ(inside[t].outputs, 70 * 33);
+  }
+  EXPECT_EQ(outside.exact_path, 70 * 33);
+}
+
 TEST(ExactGemm, AbsProductAndGamma) {
   Matrix A(1, 3), B(2, 3);
   A << 1, -2, 3;
