@@ -11,6 +11,7 @@
 #                                       and, on request only, baseline: writes $OUT/baselines/<arch>.json
 #                                       (the nightly suite on this GPU) to copy into baselines/ and commit,
 #                                       profile: py-spy of the production points (bench/profile_parts.py),
+#                                       gemm-ab: the bench stage's same-process GEMM A/B against torch alone,
 #                                       and multigpu (nvidia-h200-x2): EP 2 under mpirun with transport nccl,
 #                                       gpu.grouped and gpu.multistream, bf16 and mxfp8, every padding source,
 #                                       bitwise against transport local, with timings
@@ -309,6 +310,16 @@ if want bench && [ -x $BUILD/moenum_gpu_bench ]; then
     note bench ok "$((SECONDS - t0)) s"
   else
     note bench FAILED "$(tail -1 "$OUT/bench.err")"
+  fi
+fi
+
+# ---- gemm-ab (on request): the bench stage's same-process A/B alone, every forced tile beside torch --
+if want gemm-ab && [ -f $BUILD/libmoenum_gemm_capi.so ]; then
+  t0=$SECONDS
+  if timeout 400 python3 bench/gpu_gemm_ab_torch.py $BUILD/libmoenum_gemm_capi.so >"$OUT/bench_ab.csv" 2>"$OUT/bench_ab.err"; then
+    note gemm-ab ok "$((SECONDS - t0)) s"
+  else
+    note gemm-ab FAILED "$(tail -1 "$OUT/bench_ab.err")"
   fi
 fi
 
