@@ -74,22 +74,22 @@ __global__ void count_mismatch(const uint16_t* a, const uint16_t* b, size_t n, u
 }
 
 #ifdef MOENUM_HAVE_CUTLASS
-// Which configuration gpu.grouped runs on these counts (one host read of the device's skew flag,
-// outside any timed region), to stderr.
+// Which configuration gpu.grouped runs on these counts (one host read of the device's class of the
+// counts, outside any timed region), to stderr.
 void report_auto_choice(const GroupedGemmDesc& g, const char* shape, const char* dist, cudaStream_t s) {
   namespace sm90 = moenum::gpu::sm90;
   const sm90::FpropTiles tiles = sm90::fprop_tiles(g);
-  const char* how = "static";
+  std::string how = "static";
   sm90::Tile tile = tiles.even;
   if (tiles.chosen_on_device()) {
-    DeviceBuffer<int> flag(1);
-    sm90::launch_counts_skewed(g.counts, g.groups, flag.get(), s);
-    const bool skewed = flag.download(s)[0] != 0;
-    how = skewed ? "device: counts skewed" : "device: counts even";
-    tile = skewed ? tiles.skewed : tiles.even;
+    DeviceBuffer<int> counts_class(1);
+    sm90::launch_counts_class(g.counts, g.groups, counts_class.get(), s);
+    const auto c = static_cast<sm90::CountsClass>(counts_class.download(s)[0]);
+    how = std::string("device: ") + sm90::counts_class_name(c);
+    tile = tiles.for_class(c);
   }
-  std::fprintf(stderr, "%s %s: auto tile %s (%s), sub-groups per group %d\n", shape, dist, sm90::tile_name(tile), how,
-               sm90::default_chunks(g));
+  std::fprintf(stderr, "%s %s: auto tile %s (%s), sub-groups per group %d\n", shape, dist, sm90::tile_name(tile),
+               how.c_str(), sm90::default_chunks(g));
 }
 #endif
 
@@ -134,6 +134,7 @@ int main() {
       engines.emplace_back("gpu.grouped.n192", make_cutlass_sm90_engine({Tile::T128x192, -1}));
       engines.emplace_back("gpu.grouped.pingpong", make_cutlass_sm90_engine({Tile::T128x128Pingpong, -1}));
       engines.emplace_back("gpu.grouped.pingpong_m2", make_cutlass_sm90_engine({Tile::T128x128PingpongM2, -1}));
+      engines.emplace_back("gpu.grouped.pingpong_t", make_cutlass_sm90_engine({Tile::T128x128PingpongT, -1}));
       report_auto_choice(g, sh.name, zipf ? "zipf1.2" : "uniform", s);
 #endif
       engines.emplace_back("gpu.multistream", std::make_unique<CublasLtEngine>());

@@ -1,11 +1,13 @@
 // The automatic Fprop configuration of gpu.grouped that is picked on the device from the counts
-// (grouped_sm90.h, fprop_tiles): the skew flag puts the bench's routings on the intended side, and
-// the automatic engine gives the single-configuration engine's output bit for bit on even and
-// skewed counts, eagerly and replayed from one CUDA graph across a change of counts.
+// (grouped_sm90.h, fprop_tiles): the class of the counts puts the bench's routings on the intended
+// side, and the automatic engine gives the single-configuration engine's output bit for bit on
+// counts of every class, eagerly and replayed from one CUDA graph across changes of the counts.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "device_buffer.h"
@@ -36,13 +38,14 @@ std::vector<int64_t> bench_counts(int groups, int64_t rows, bool zipf) {
   return c;
 }
 
-bool device_says_skewed(const std::vector<int64_t>& counts) {
+sm90::CountsClass device_class(const std::vector<int64_t>& counts) {
   DeviceBuffer<int64_t> d;
   d.upload(counts);
-  DeviceBuffer<int> flag(1);
-  sm90::launch_counts_skewed(d.get(), static_cast<int>(counts.size()), flag.get(), nullptr);
-  return flag.download()[0] != 0;
+  DeviceBuffer<int> counts_class(1);
+  sm90::launch_counts_class(d.get(), static_cast<int>(counts.size()), counts_class.get(), nullptr);
+  return static_cast<sm90::CountsClass>(counts_class.download()[0]);
 }
+using Class = sm90::CountsClass;
 
 // Deterministic bf16 patterns of small finite values (sign, exponent 120..127, random mantissa).
 std::vector<uint16_t> bf16_values(size_t n, uint32_t seed) {
@@ -55,21 +58,24 @@ std::vector<uint16_t> bf16_values(size_t n, uint32_t seed) {
   return v;
 }
 
-// One Fprop GEMM in the range where the choice is made on the device (K >= 4096, N >= 1024).
+// One Fprop GEMM in the range where the choice is made on the device (N >= 1024): with K < 4096
+// between pingpong and its transposed form (small groups), with K >= 4096 between pingpong and the
+// 128x256 tile (skewed counts).
 struct FpropCase {
   static constexpr int kGroups = 8;
-  static constexpr int64_t kRows = 2048, kN = 1024, kK = 4096;
+  static constexpr int64_t kRows = 4096, kN = 1024;
+  int64_t k;
   DeviceBuffer<uint16_t> a, b, d;
   DeviceBuffer<int64_t> counts{kGroups}, offsets{kGroups + 1};
   gpu::GroupedGemmDesc g;
 
-  FpropCase() {
-    a.upload(bf16_values(kRows * kK, 1));
-    b.upload(bf16_values(kGroups * kN * kK, 2));
+  explicit FpropCase(int64_t k_) : k(k_) {
+    a.upload(bf16_values(kRows * k, 1));
+    b.upload(bf16_values(kGroups * kN * k, 2));
     d.reset(kRows * kN);
-    g.kind = gpu::GemmKind::Fprop, g.groups = kGroups, g.n = kN, g.k = kK, g.a = a.get(), g.d_rows = d.get();
+    g.kind = gpu::GemmKind::Fprop, g.groups = kGroups, g.n = kN, g.k = k, g.a = a.get(), g.d_rows = d.get();
     g.counts = counts.get(), g.offsets = offsets.get();
-    for (int e = 0; e < kGroups; ++e) g.b_expert.push_back(b.get() + size_t(e) * kN * kK);
+    for (int e = 0; e < kGroups; ++e) g.b_expert.push_back(b.get() + size_t(e) * kN * k);
   }
   void set_counts(const std::vector<int64_t>& c, cudaStream_t s) {
     counts.upload(c, s);
@@ -83,26 +89,38 @@ struct FpropCase {
   }
 };
 
+// 512 rows per group; 256 (two M tiles: small groups, half the rows unused); zipf s=1.2
 const std::vector<int64_t> kEven(FpropCase::kGroups, FpropCase::kRows / FpropCase::kGroups);
+const std::vector<int64_t> kSmallGroups(FpropCase::kGroups, 256);
 const std::vector<int64_t> kSkewed = bench_counts(FpropCase::kGroups, FpropCase::kRows, true);
+const std::vector<int64_t>* const kCountSets[] = {&kEven, &kSmallGroups, &kSkewed};
+const char* set_name(const std::vector<int64_t>* c) {
+  return c == &kEven ? "even counts" : c == &kSmallGroups ? "small groups" : "skewed counts";
+}
 #endif
 
-TEST(GpuGroupedChoice, SkewFlagSplitsTheBenchRoutings) {
+TEST(GpuGroupedChoice, CountsClassSplitsTheBenchRoutings) {
   MOENUM_REQUIRE_GPU();
 #ifndef MOENUM_HAVE_CUTLASS
   GTEST_SKIP() << "built without CUTLASS: gpu.grouped not available";
 #else
-  // The bench's group counts and rows (the 8 and 32 expert shapes are the ones with K >= 4096).
-  const std::pair<int, int64_t> shapes[] = {{8, 16384}, {32, 32768}, {128, 65536}, {256, 65536}};
-  for (auto [groups, rows] : shapes) {
-    EXPECT_FALSE(device_says_skewed(bench_counts(groups, rows, false))) << groups << " groups, uniform";
-    EXPECT_TRUE(device_says_skewed(bench_counts(groups, rows, true))) << groups << " groups, zipf 1.2";
+  // The bench's group counts and rows: uniform Qwen3.5-35B (256 experts) and gpt-oss-120b (128
+  // experts, 32k rows) have 256 rows per group, the others more.
+  const std::tuple<int, int64_t, Class> shapes[] = {{8, 16384, Class::kEven},          {32, 32768, Class::kEven},
+                                                     {128, 65536, Class::kEven},        {128, 32768, Class::kSmallGroups},
+                                                     {256, 65536, Class::kSmallGroups}};
+  for (auto [groups, rows, uniform] : shapes) {
+    EXPECT_EQ(device_class(bench_counts(groups, rows, false)), uniform) << groups << " groups, uniform";
+    EXPECT_EQ(device_class(bench_counts(groups, rows, true)), Class::kSkewed) << groups << " groups, zipf 1.2";
   }
-  // The threshold: the largest group more than twice the mean.
-  EXPECT_FALSE(device_says_skewed({512, 256, 256, 0}));  // max 512 = 2 x mean 256
-  EXPECT_TRUE(device_says_skewed({528, 240, 256, 0}));
-  EXPECT_FALSE(device_says_skewed({0, 0, 0, 0}));
-  EXPECT_FALSE(device_says_skewed(std::vector<int64_t>(1000, 16)));  // more groups than threads
+  // The thresholds: the largest group more than twice the mean; at most 256 rows per group on average.
+  EXPECT_EQ(device_class({1024, 512, 512, 0}), Class::kEven);  // max 1024 = 2 x mean 512
+  EXPECT_EQ(device_class({1040, 496, 512, 0}), Class::kSkewed);
+  EXPECT_EQ(device_class({512, 256, 256, 0}), Class::kSmallGroups);  // mean 256
+  EXPECT_EQ(device_class({512, 272, 256, 0}), Class::kEven);         // mean 260
+  EXPECT_EQ(device_class({0, 0, 0, 0}), Class::kSmallGroups);
+  EXPECT_EQ(device_class(std::vector<int64_t>(1000, 16)), Class::kSmallGroups);  // more groups than threads
+  EXPECT_EQ(device_class(std::vector<int64_t>(1000, 400)), Class::kEven);
 #endif
 }
 
@@ -112,26 +130,30 @@ TEST(GpuGroupedChoice, AutomaticEngineMatchesBaseBitwise) {
   GTEST_SKIP() << "built without CUTLASS: gpu.grouped not available";
 #else
   if (gpu::device_sm() != 90) GTEST_SKIP() << "CUTLASS sm_90a kernels need an sm_90 device";
-  FpropCase c;
-  const sm90::FpropTiles tiles = sm90::fprop_tiles(c.g);
-  ASSERT_TRUE(tiles.chosen_on_device()) << "the case should be one where the counts decide";
-  EXPECT_EQ(tiles.even, sm90::Tile::T128x128Pingpong);
-  EXPECT_EQ(tiles.skewed, sm90::Tile::T128x256);
-  EXPECT_FALSE(device_says_skewed(kEven));
-  EXPECT_TRUE(device_says_skewed(kSkewed));
-
+  EXPECT_EQ(device_class(kEven), Class::kEven);
+  EXPECT_EQ(device_class(kSmallGroups), Class::kSmallGroups);
+  EXPECT_EQ(device_class(kSkewed), Class::kSkewed);
   cudaStream_t s;
   ASSERT_EQ(cudaSuccess, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  auto base = gpu::make_cutlass_sm90_engine({sm90::Tile::T128x128, 1});
-  auto automatic = gpu::make_cutlass_sm90_engine();
-  for (const auto* counts : {&kEven, &kSkewed}) {
-    const char* what = counts == &kEven ? "even counts" : "skewed counts";
-    c.set_counts(*counts, s);
-    const std::vector<uint16_t> want = c.run(*base, s);
-    EXPECT_EQ(want, c.run(*automatic, s)) << what;
-    // Each of the two configurations alone gives the same bits too.
-    EXPECT_EQ(want, c.run(*gpu::make_cutlass_sm90_engine({tiles.even, -1}), s)) << what << ", " << sm90::tile_name(tiles.even);
-    EXPECT_EQ(want, c.run(*gpu::make_cutlass_sm90_engine({tiles.skewed, -1}), s)) << what << ", " << sm90::tile_name(tiles.skewed);
+  for (auto [k, small_groups, skewed] : {std::tuple{int64_t{2048}, sm90::Tile::T128x128PingpongT, sm90::Tile::T128x128Pingpong},
+                                         std::tuple{int64_t{4096}, sm90::Tile::T128x128Pingpong, sm90::Tile::T128x256}}) {
+    FpropCase c(k);
+    const sm90::FpropTiles tiles = sm90::fprop_tiles(c.g);
+    ASSERT_TRUE(tiles.chosen_on_device()) << "K " << k << " should be a case where the counts decide";
+    EXPECT_EQ(tiles.even, sm90::Tile::T128x128Pingpong) << "K " << k;
+    EXPECT_EQ(tiles.small_groups, small_groups) << "K " << k;
+    EXPECT_EQ(tiles.skewed, skewed) << "K " << k;
+    auto base = gpu::make_cutlass_sm90_engine({sm90::Tile::T128x128, 1});
+    auto automatic = gpu::make_cutlass_sm90_engine();
+    for (const auto* counts : kCountSets) {
+      const std::string what = std::string(set_name(counts)) + ", K " + std::to_string(k);
+      c.set_counts(*counts, s);
+      const std::vector<uint16_t> want = c.run(*base, s);
+      EXPECT_EQ(want, c.run(*automatic, s)) << what;
+      // Each configuration alone gives the same bits too.
+      for (sm90::Tile t : {tiles.even, tiles.small_groups, tiles.skewed})
+        EXPECT_EQ(want, c.run(*gpu::make_cutlass_sm90_engine({t, -1}), s)) << what << ", " << sm90::tile_name(t);
+    }
   }
   ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(s));
   cudaStreamDestroy(s);
@@ -144,33 +166,35 @@ TEST(GpuGroupedChoice, GraphReplayFollowsNewCounts) {
   GTEST_SKIP() << "built without CUTLASS: gpu.grouped not available";
 #else
   if (gpu::device_sm() != 90) GTEST_SKIP() << "CUTLASS sm_90a kernels need an sm_90 device";
-  FpropCase c;
   cudaStream_t s;
   ASSERT_EQ(cudaSuccess, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  auto base = gpu::make_cutlass_sm90_engine({sm90::Tile::T128x128, 1});
-  c.set_counts(kEven, s);
-  const std::vector<uint16_t> want_even = c.run(*base, s);
-  c.set_counts(kSkewed, s);
-  const std::vector<uint16_t> want_skewed = c.run(*base, s);
+  for (int64_t k : {2048, 4096}) {
+    FpropCase c(k);
+    auto base = gpu::make_cutlass_sm90_engine({sm90::Tile::T128x128, 1});
+    std::vector<std::vector<uint16_t>> want;
+    for (const auto* counts : kCountSets) {
+      c.set_counts(*counts, s);
+      want.push_back(c.run(*base, s));
+    }
 
-  auto automatic = gpu::make_cutlass_sm90_engine();
-  c.run(*automatic, s);  // first run outside the capture: creates the plans (allocations)
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  ASSERT_EQ(cudaSuccess, cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
-  automatic->run(c.g, s);
-  ASSERT_EQ(cudaSuccess, cudaStreamEndCapture(s, &graph));
-  ASSERT_EQ(cudaSuccess, cudaGraphInstantiate(&exec, graph, 0));
+    auto automatic = gpu::make_cutlass_sm90_engine();
+    c.run(*automatic, s);  // first run outside the capture: creates the plans (allocations)
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    ASSERT_EQ(cudaSuccess, cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+    automatic->run(c.g, s);
+    ASSERT_EQ(cudaSuccess, cudaStreamEndCapture(s, &graph));
+    ASSERT_EQ(cudaSuccess, cudaGraphInstantiate(&exec, graph, 0));
 
-  for (const auto* counts : {&kEven, &kSkewed, &kEven}) {
-    c.set_counts(*counts, s);  // same buffers, new values
-    c.poison(s);
-    ASSERT_EQ(cudaSuccess, cudaGraphLaunch(exec, s));
-    EXPECT_EQ(counts == &kEven ? want_even : want_skewed, c.d.download(s))
-        << (counts == &kEven ? "replay, even counts" : "replay, skewed counts");
+    for (int set : {0, 1, 2, 0, 2, 1}) {
+      c.set_counts(*kCountSets[set], s);  // same buffers, new values
+      c.poison(s);
+      ASSERT_EQ(cudaSuccess, cudaGraphLaunch(exec, s));
+      EXPECT_EQ(want[set], c.d.download(s)) << "replay, " << set_name(kCountSets[set]) << ", K " << k;
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
   cudaStreamDestroy(s);
 #endif
 }

@@ -1,5 +1,10 @@
 // Fprop layout: A [rows, k] row-major, B_e [n, k] (K contiguous: ColumnMajor K x N), D bf16.
 // The tile configurations of Tile (grouped_sm90.h) and the automatic choice among them (fprop_tiles).
+#include <cutlass/cluster_launch.hpp>
+
+#include <string>
+#include <type_traits>
+
 #include "sm90/grouped_sm90.cuh"
 
 namespace moenum::gpu::sm90 {
@@ -13,40 +18,58 @@ const char* tile_name(Tile t) {
     case Tile::T128x192: return "128x192 coop 1x2";
     case Tile::T128x128Pingpong: return "128x128 pingpong 1x2";
     case Tile::T128x128PingpongM2: return "128x128 pingpong 2x1";
+    case Tile::T128x128PingpongT: return "128x128 pingpong 1x2 transposed";
   }
   return "?";
 }
 
-// The automatic choice, from the H200 bench (bench/gpu_gemm_bench.cu, every shape with uniform and
-// zipf s=1.2 counts, against torch._grouped_mm): the 128x128 pingpong tile reaches torch (0.97x to
-// 1.33x, the best or within noise of it on most) on uniform counts and on every shape with K < 4096,
-// but with skewed counts and a long K loop it falls behind the 128x256 tile (DeepSeek-V3 FC1,
-// K = 7168, zipf: 0.89x against 1.03x; Mixtral FC1/FC2, zipf: 0.99x/1.02x against 1.01x/1.02x). So
+const char* counts_class_name(CountsClass c) {
+  switch (c) {
+    case CountsClass::kEven: return "counts even";
+    case CountsClass::kSmallGroups: return "counts even, small groups";
+    case CountsClass::kSkewed: return "counts skewed";
+  }
+  return "?";
+}
+
+// The automatic choice, from the H200 bench (torch._grouped_mm and every configuration timed round
+// by round in one process, bench/gpu_gemm_ab_torch.py; every shape with uniform and zipf s=1.2
+// counts; bench/RESULTS.md):
 //   N < 1024 or not a multiple of 64: 128x128 cooperative (too few wide tiles to fill the machine);
-//   K < 4096: 128x128 pingpong whatever the counts;
-//   K >= 4096: 128x128 pingpong, or 128x256 cooperative 1x2 when the counts are skewed (on the
-//              device, counts_skewed below).
+//   K < 4096: 128x128 pingpong 1x2 (one warp group's epilogue under the other's mainloop, A shared
+//              by multicast: 1.01-1.39x), except for small groups (balanced, at most two M tiles of
+//              128 rows per group on average): there a group's B (N x K) outweighs its A, and the
+//              same kernel on the transposed problem (D^T = B_e . A^T) shares B instead (Qwen3.5-35B
+//              FC1 uniform 1.03-1.05x against 0.93-1.02x for the 2x1 cluster that shares B by
+//              rounding each group's M tiles up to an even count, which costs skewed counts 5-30%);
+//   K >= 4096: 128x128 pingpong, or for skewed counts the 128x256 tile (DeepSeek-V3 FC1 zipf: 1.01x
+//              torch against pingpong's 0.88-0.94x; Mixtral FC1/FC2 zipf 1.03-1.09x).
+// Both pairs have the same cluster (1x2) and threads, so one kernel launch runs either (ChoicePlan).
 // 128x192 is not chosen: it led on no shape beyond the noise (gpt-oss FC1, N = 5760, whose padding
-// it was for: 1.02x/1.17x against pingpong's 1.02x/1.19x).
+// it was for); neither are 2x2 clusters (slower than 1x2 on every shape).
 static constexpr int64_t kLongK = 4096;
 
 FpropTiles fprop_tiles(const GroupedGemmDesc& g) {
-  if (g.kind != GemmKind::Fprop || g.n < 1024 || g.n % 64 != 0) return {Tile::T128x128, Tile::T128x128};
-  if (g.k < kLongK) return {Tile::T128x128Pingpong, Tile::T128x128Pingpong};
-  return {Tile::T128x128Pingpong, Tile::T128x256};
+  if (g.kind != GemmKind::Fprop || g.n < 1024 || g.n % 64 != 0)
+    return {Tile::T128x128, Tile::T128x128, Tile::T128x128};
+  if (g.k < kLongK) return {Tile::T128x128Pingpong, Tile::T128x128PingpongT, Tile::T128x128Pingpong};
+  return {Tile::T128x128Pingpong, Tile::T128x128Pingpong, Tile::T128x256};
 }
 
 // Skewed: the largest group holds more than twice the mean rows (max * groups > 2 * total, exact in
 // integers). Uniform counts sit at 1; the bench's zipf s=1.2 counts at about 3.4 over 8 experts and
-// 10 over 32 (more with more experts).
+// 10 over 32 (more with more experts). Small groups: not skewed, and at most two M tiles' rows per
+// group on average (total <= 2 * 128 * groups).
 static constexpr int64_t kSkewedMaxOverMean = 2;
+static constexpr int64_t kSmallGroupRows = 2 * 128;
 
-__host__ __device__ constexpr bool counts_skewed(int64_t max_count, int64_t total, int groups) {
-  return max_count * groups > kSkewedMaxOverMean * total;
+__host__ __device__ constexpr CountsClass classify_counts(int64_t max_count, int64_t total, int groups) {
+  if (max_count * groups > kSkewedMaxOverMean * total) return CountsClass::kSkewed;
+  return total <= kSmallGroupRows * groups ? CountsClass::kSmallGroups : CountsClass::kEven;
 }
 
-// One block: the max and the sum of the counts, then the flag.
-__global__ void counts_skewed_kernel(const int64_t* counts, int groups, int* skewed) {
+// One block: the max and the sum of the counts, then the class.
+__global__ void counts_class_kernel(const int64_t* counts, int groups, int* counts_class) {
   constexpr int kThreads = 256;
   __shared__ int64_t smax[kThreads], ssum[kThreads];
   const int t = threadIdx.x;
@@ -66,11 +89,11 @@ __global__ void counts_skewed_kernel(const int64_t* counts, int groups, int* ske
     }
     __syncthreads();
   }
-  if (t == 0) *skewed = counts_skewed(smax[0], ssum[0], groups) ? 1 : 0;
+  if (t == 0) *counts_class = static_cast<int>(classify_counts(smax[0], ssum[0], groups));
 }
 
-void launch_counts_skewed(const int64_t* counts, int groups, int* skewed, cudaStream_t s) {
-  counts_skewed_kernel<<<1, 256, 0, s>>>(counts, groups, skewed);
+void launch_counts_class(const int64_t* counts, int groups, int* counts_class, cudaStream_t s) {
+  counts_class_kernel<<<1, 256, 0, s>>>(counts, groups, counts_class);
   MOENUM_CUDA_LAUNCH_CHECK();
 }
 
@@ -86,50 +109,136 @@ using LA = cutlass::layout::RowMajor;
 using LB = cutlass::layout::ColumnMajor;
 using D = cutlass::bfloat16_t;
 
-std::unique_ptr<GroupedGemmPlan> make_tile_plan(const GroupedGemmDesc& g, Tile tile, int chunks, int64_t chunk_rows,
-                                                Gate gate) {
+using PingpongKernel = GroupedKernel<LA, LB, D, 128, 2, 1, Pingpong>;
+using PingpongTransposedKernel = GroupedKernel<LA, LB, D, 128, 2, 1, Pingpong, cutlass::layout::ColumnMajor>;
+using WideKernel = GroupedKernel<LA, LB, D, 256, 2>;
+
+std::unique_ptr<GroupedGemmPlan> make_tile_plan(const GroupedGemmDesc& g, Tile tile, int chunks, int64_t chunk_rows) {
   auto plan = [&](auto kernel) -> std::unique_ptr<GroupedGemmPlan> {
-    return std::make_unique<Plan<decltype(kernel)>>(g, chunks, chunk_rows, gate);
+    return std::make_unique<Plan<decltype(kernel)>>(g, chunks, chunk_rows);
   };
   switch (tile) {
-    case Tile::T128x256: return plan(GroupedKernel<LA, LB, D, 256, 2>{});
+    case Tile::T128x256: return plan(WideKernel{});
     case Tile::T128x256M2: return plan(GroupedKernel<LA, LB, D, 256, 1, 2>{});
     case Tile::T128x192: return plan(GroupedKernel<LA, LB, D, 192, 2>{});
-    case Tile::T128x128Pingpong: return plan(GroupedKernel<LA, LB, D, 128, 2, 1, Pingpong>{});
+    case Tile::T128x128Pingpong: return plan(PingpongKernel{});
     case Tile::T128x128PingpongM2: return plan(GroupedKernel<LA, LB, D, 128, 1, 2, Pingpong>{});
+    case Tile::T128x128PingpongT: return plan(PingpongTransposedKernel{});
     case Tile::Auto:
     case Tile::T128x128: break;
   }
   return plan(GroupedKernel<LA, LB, D>{});
 }
 
-// Two configurations, one run per launch, picked on the device from the counts (see grouped_sm90.h):
-// the skew flag first, then both plans, each gated on it, so exactly one finds tiles.
-class CountsChosenPlan final : public GroupedGemmPlan {
+// Fills the chosen plan's problem array: every block reduces the counts (max, sum) itself, so the
+// class needs no launch of its own; block 0 records the choice for the GEMM kernel.
+template <class ED>
+__global__ void choose_and_fill(FillTarget<ED> first, FillTarget<ED> second, unsigned second_for, int groups,
+                                const int64_t* counts, const int64_t* offsets, int* choice) {
+  constexpr int kThreads = 128;
+  __shared__ int64_t smax[kThreads], ssum[kThreads];
+  const int t = threadIdx.x;
+  int64_t mx = 0, sum = 0;
+  for (int e = t; e < groups; e += kThreads) {
+    const int64_t c = counts[e];
+    mx = c > mx ? c : mx;
+    sum += c;
+  }
+  smax[t] = mx;
+  ssum[t] = sum;
+  __syncthreads();
+  for (int w = kThreads / 2; w > 0; w /= 2) {
+    if (t < w) {
+      smax[t] = smax[t + w] > smax[t] ? smax[t + w] : smax[t];
+      ssum[t] += ssum[t + w];
+    }
+    __syncthreads();
+  }
+  const int which = second_for >> static_cast<int>(classify_counts(smax[0], ssum[0], groups)) & 1u;
+  if (blockIdx.x == 0 && t == 0) *choice = which;
+  const FillTarget<ED>& f = which ? second : first;
+  const int i = blockIdx.x * kThreads + t;
+  if (i < groups * f.chunks) fill_entry(f, groups, i, counts, offsets);
+}
+
+// Runs one of two CUTLASS kernels of the same cluster shape and thread count, as *choice says.
+// Every CTA reads the same value, so each cluster runs one kernel whole.
+template <class KA, class KB>
+__global__ void __launch_bounds__(KA::MaxThreadsPerBlock, KA::MinBlocksPerMultiprocessor)
+    either_gemm(CUTLASS_GRID_CONSTANT typename KA::Params const pa, CUTLASS_GRID_CONSTANT typename KB::Params const pb,
+                const int* choice) {
+  extern __shared__ char smem[];
+  if (*choice == 0) {
+    KA op;
+    op(pa, smem);
+  } else {
+    KB op;
+    op(pb, smem);
+  }
+}
+
+// Two configurations picked on the device from the counts, in two launches (fill, GEMM) like one
+// plan: no host read, graph-capturable, and nothing launched for the configuration not chosen.
+template <class A, class B>
+class ChoicePlan final : public GroupedGemmPlan {
+  using KA = typename A::Kernel;
+  using KB = typename B::Kernel;
+  static_assert(std::is_same_v<typename A::ClusterShape, typename B::ClusterShape>, "one launch: one cluster shape");
+  static_assert(KA::MaxThreadsPerBlock == KB::MaxThreadsPerBlock && KA::MinBlocksPerMultiprocessor == KB::MinBlocksPerMultiprocessor);
+  static constexpr int kSmemBytes = std::max<int>(KA::SharedStorageSize, KB::SharedStorageSize);
+
  public:
-  CountsChosenPlan(const GroupedGemmDesc& g, FpropTiles tiles, int chunks, int64_t chunk_rows)
-      : skewed_(1),
-        even_(make_tile_plan(g, tiles.even, chunks, chunk_rows, {skewed_.get(), 0})),
-        skew_(make_tile_plan(g, tiles.skewed, chunks, chunk_rows, {skewed_.get(), 1})) {}
+  ChoicePlan(const GroupedGemmDesc& g, int chunks, int64_t chunk_rows, unsigned second_for)
+      : first_(g, chunks, chunk_rows), second_(g, chunks, chunk_rows), second_for_(second_for), choice_(1) {
+    grid_ = KA::get_grid_shape(first_.params());
+    const dim3 other = KB::get_grid_shape(second_.params());
+    if (grid_.x != other.x || grid_.y != other.y || grid_.z != other.z)
+      throw InternalError("ChoicePlan: the two configurations want different persistent grids");
+    MOENUM_CUDA_CHECK(cudaFuncSetAttribute(either_gemm<KA, KB>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  }
 
   void launch(const GroupedGemmDesc& g, cudaStream_t s) override {
-    launch_counts_skewed(g.counts, g.groups, skewed_.get(), s);
-    even_->launch(g, s);
-    skew_->launch(g, s);
+    const int entries = std::max(first_.entries(), second_.entries());
+    choose_and_fill<D><<<(entries + 127) / 128, 128, 0, s>>>(first_.fill_target(g), second_.fill_target(g), second_for_,
+                                                            g.groups, g.counts, g.offsets, choice_.get());
+    MOENUM_CUDA_LAUNCH_CHECK();
+    using Cluster = typename A::ClusterShape;
+    const cutlass::ClusterLaunchParams lp{grid_, KA::get_block_shape(),
+                                          dim3(cute::size<0>(Cluster{}), cute::size<1>(Cluster{}), 1), kSmemBytes, s};
+    const void* kernel = reinterpret_cast<const void*>(&either_gemm<KA, KB>);
+    MOENUM_CUTLASS_CHECK(cutlass::launch_kernel_on_cluster(lp, kernel, first_.params(), second_.params(), choice_.get()));
   }
 
  private:
-  DeviceBuffer<int> skewed_;  // before the plans: they hold its address
-  std::unique_ptr<GroupedGemmPlan> even_, skew_;
+  Plan<A> first_;
+  Plan<B> second_;
+  unsigned second_for_;
+  DeviceBuffer<int> choice_;
+  dim3 grid_;
 };
+
+// The classes of counts for which `tiles` picks something other than tiles.even, as a bit mask.
+unsigned classes_off_even(const FpropTiles& tiles) {
+  unsigned mask = 0;
+  for (CountsClass c : {CountsClass::kEven, CountsClass::kSmallGroups, CountsClass::kSkewed})
+    if (tiles.for_class(c) != tiles.even) mask |= 1u << static_cast<int>(c);
+  return mask;
+}
 
 }  // namespace
 
 std::unique_ptr<GroupedGemmPlan> make_fprop_plan(const GroupedGemmDesc& g, const PlanOptions& o) {
   const int chunks = o.chunks < 0 ? default_chunks(g) : o.chunks;
-  if (o.tile != Tile::Auto) return make_tile_plan(g, o.tile, chunks, o.chunk_rows, {});
+  if (o.tile != Tile::Auto) return make_tile_plan(g, o.tile, chunks, o.chunk_rows);
   const FpropTiles tiles = fprop_tiles(g);
-  if (!tiles.chosen_on_device()) return make_tile_plan(g, tiles.even, chunks, o.chunk_rows, {});
-  return std::make_unique<CountsChosenPlan>(g, tiles, chunks, o.chunk_rows);
+  if (!tiles.chosen_on_device()) return make_tile_plan(g, tiles.even, chunks, o.chunk_rows);
+  const unsigned second_for = classes_off_even(tiles);
+  const Tile second = tiles.for_class(second_for & 1u << static_cast<int>(CountsClass::kSkewed) ? CountsClass::kSkewed
+                                                                                                : CountsClass::kSmallGroups);
+  if (tiles.even == Tile::T128x128Pingpong && second == Tile::T128x128PingpongT)
+    return std::make_unique<ChoicePlan<PingpongKernel, PingpongTransposedKernel>>(g, chunks, o.chunk_rows, second_for);
+  if (tiles.even == Tile::T128x128Pingpong && second == Tile::T128x256)
+    return std::make_unique<ChoicePlan<PingpongKernel, WideKernel>>(g, chunks, o.chunk_rows, second_for);
+  throw InternalError(std::string("no ChoicePlan for ") + tile_name(tiles.even) + " / " + tile_name(second));
 }
 }  // namespace moenum::gpu::sm90

@@ -1,5 +1,6 @@
 // The CUTLASS 3.x sm_90a grouped GEMM (TMA + wgmma, warp-specialized, ptr-array), bf16 operands,
-// fp32 accumulate, void C (beta = 0, no source read), D row-major bf16 or fp32.
+// fp32 accumulate, void C (beta = 0, no source read), D row-major bf16 or fp32 (or, for a transposed
+// Fprop configuration, D^T column-major).
 // Only included by the three grouped_*.cu files: one kernel per layout (128x128x64 cooperative), and
 // for Fprop the wider and pingpong configurations listed in grouped_sm90.h (Tile).
 #pragma once
@@ -15,6 +16,8 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 #include "cuda_check.h"
 #include "sm90/grouped_sm90.h"
@@ -46,7 +49,7 @@ struct Pingpong {
 };
 
 template <class LayoutA, class LayoutB, class ElementD_, int TileN = 128, int ClusterN = 1, int ClusterM = 1,
-          class Schedule = Cooperative>
+          class Schedule = Cooperative, class LayoutD = cutlass::layout::RowMajor>
 struct GroupedKernel {
   using ElementA = cutlass::bfloat16_t;
   using ElementB = cutlass::bfloat16_t;
@@ -55,6 +58,8 @@ struct GroupedKernel {
   static constexpr int kAlignAB = 8;  // 16 bytes of bf16: TMA needs 16-byte aligned strides
   static constexpr int kAlignD = 128 / cutlass::sizeof_bits<ElementD>::value;
   static constexpr int kTileM = 128;
+  // Column-major D: the kernel computes D^T = B_e . A^T of a row-major Fprop output (see Plan).
+  static constexpr bool kTransposed = std::is_same_v<LayoutD, cutlass::layout::ColumnMajor>;
   // 128x128x64 cooperative, no cluster: the default for every layout, a middle ground between the
   // large DeepSeek/Mixtral groups and the many small Qwen groups. The Fprop variants (a cluster along
   // N shares the A tile through TMA multicast and never rounds a group's M tiles up; along M it
@@ -67,8 +72,8 @@ struct GroupedKernel {
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, Acc, Acc,
-      void, cutlass::layout::RowMajor*, kAlignD,
-      ElementD, cutlass::layout::RowMajor*, kAlignD,
+      void, LayoutD*, kAlignD,
+      ElementD, LayoutD*, kAlignD,
       EpilogueSchedule, cutlass::epilogue::fusion::LinearCombination<ElementD, Acc>>::CollectiveOp;
 
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
@@ -85,82 +90,99 @@ struct GroupedKernel {
   using StrideD = typename Gemm::GemmKernel::InternalStrideD;
 };
 
-// A device flag that opens or closes a plan per launch: closed, its sizes are all M = 0, so its
-// grouped kernel finds no tiles and exits at once. How the automatic Fprop choice (fprop_tiles)
-// runs one of two configurations without a host read. No flag: always open.
-struct Gate {
-  const int* flag = nullptr;
-  int open_when = 0;
-};
+using Bf16 = cutlass::bfloat16_t;
 
-// Per-group sizes and pointers from the device counts/offsets (one thread per sub-group).
+// What fill_groups writes for one plan: its per-sub-group problem array, from the device counts.
 //   rows_major: Fprop/Dgrad, the group's M is its row count, A and D advance by rows. Group e's rows
 //               are split into up to `chunks` sub-groups of `chunk` rows each (chunk >= min_rows, a
 //               multiple of tile_m, computed here from the count); sub-group j of group e sits at
 //               j * groups + e, so with no group above min_rows the first `groups` entries are the
 //               groups themselves and the rest are empty (M = 0: no tiles).
+//   transposed: Fprop computed as D^T = B_e . A^T (column-major D): the sizes are (n, rows, k) and
+//               the weights are the first operand.
 //   otherwise : Wgrad (chunks = 1), the group's K is its row count; an empty group gets M = 0 (no
 //               tiles, no K = 0 GEMM: its D keeps the zeros the layer wrote).
-//   gate closed: every group is treated as empty.
-template <class EA, class EB, class ED>
-__global__ void fill_groups(int groups, int chunks, int64_t min_rows, int64_t tile_m, bool rows_major, int64_t m,
-                            int64_t n, int64_t k, const int64_t* counts, const int64_t* offsets, const EA* a,
-                            const EB* b_rows, const EB* const* b_expert, ED* d_rows, ED* const* d_expert,
-                            Shape3* shapes, const EA** pa, const EB** pb, ED** pd, Gate gate) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= groups * chunks) return;
+template <class ED>
+struct FillTarget {
+  int chunks = 1;
+  int64_t min_rows = 0, tile_m = 128;
+  bool rows_major = true, transposed = false;
+  int64_t m = 0, n = 0, k = 0;
+  const Bf16* a = nullptr;
+  const Bf16* b_rows = nullptr;
+  const Bf16* const* b_expert = nullptr;
+  ED* d_rows = nullptr;
+  ED* const* d_expert = nullptr;
+  Shape3* shapes = nullptr;
+  const Bf16** pa = nullptr;
+  const Bf16** pb = nullptr;
+  ED** pd = nullptr;
+};
+
+template <class ED>
+__device__ void fill_entry(const FillTarget<ED>& f, int groups, int i, const int64_t* counts, const int64_t* offsets) {
   const int e = i % groups, j = i / groups;
-  const bool closed = gate.flag != nullptr && *gate.flag != gate.open_when;
-  int64_t cnt = closed ? 0 : counts[e], off = offsets[e];
-  if (rows_major) {
-    int64_t chunk = (cnt + chunks - 1) / chunks;
-    chunk = (chunk + tile_m - 1) / tile_m * tile_m;
-    if (chunk < min_rows) chunk = min_rows;
-    const int64_t start = std::min<int64_t>(static_cast<int64_t>(j) * chunk, cnt);
-    const int64_t rows = std::min<int64_t>(cnt - start, chunk);
-    shapes[i] = Shape3(static_cast<int>(rows), static_cast<int>(n), static_cast<int>(k));
-    pa[i] = a + (off + start) * k;
-    pb[i] = b_expert[e];
-    pd[i] = d_rows + (off + start) * n;
-  } else {
-    shapes[i] = Shape3(cnt > 0 ? static_cast<int>(m) : 0, static_cast<int>(n), static_cast<int>(cnt));
-    pa[i] = a + off * m;
-    pb[i] = b_rows + off * n;
-    pd[i] = d_expert[e];
+  const int64_t cnt = counts[e], off = offsets[e];
+  if (!f.rows_major) {
+    f.shapes[i] = Shape3(cnt > 0 ? static_cast<int>(f.m) : 0, static_cast<int>(f.n), static_cast<int>(cnt));
+    f.pa[i] = f.a + off * f.m;
+    f.pb[i] = f.b_rows + off * f.n;
+    f.pd[i] = f.d_expert[e];
+    return;
   }
+  int64_t chunk = (cnt + f.chunks - 1) / f.chunks;
+  chunk = (chunk + f.tile_m - 1) / f.tile_m * f.tile_m;
+  if (chunk < f.min_rows) chunk = f.min_rows;
+  const int64_t start = std::min<int64_t>(static_cast<int64_t>(j) * chunk, cnt);
+  const int rows = static_cast<int>(std::min<int64_t>(cnt - start, chunk));
+  const Bf16* a = f.a + (off + start) * f.k;
+  f.shapes[i] = f.transposed ? Shape3(static_cast<int>(f.n), rows, static_cast<int>(f.k))
+                             : Shape3(rows, static_cast<int>(f.n), static_cast<int>(f.k));
+  f.pa[i] = f.transposed ? f.b_expert[e] : a;
+  f.pb[i] = f.transposed ? a : f.b_expert[e];
+  f.pd[i] = f.d_rows + (off + start) * f.n;
 }
 
+// Per-group sizes and pointers of one plan (one thread per sub-group).
+template <class ED>
+__global__ void fill_groups(FillTarget<ED> f, int groups, const int64_t* counts, const int64_t* offsets) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < groups * f.chunks) fill_entry(f, groups, i, counts, offsets);
+}
+
+// The per-sub-group device arrays and the CUTLASS operator of one configuration K. launch() fills
+// and runs it; a ChoicePlan (grouped_fprop.cu) instead fills it through fill_target() and runs its
+// kernel through params().
 template <class K>
 class Plan final : public GroupedGemmPlan {
-  using EA = typename K::ElementA;
-  using EB = typename K::ElementB;
   using ElementD = typename K::ElementD;
 
  public:
-  Plan(const GroupedGemmDesc& g, int chunks, int64_t chunk_rows, Gate gate = {})
-      : groups_(g.groups),
-        chunks_(g.kind == GemmKind::Wgrad ? 1 : std::max(chunks, 1)),
-        chunk_rows_(chunk_rows),
-        gate_(gate) {
+  Plan(const GroupedGemmDesc& g, int chunks, int64_t chunk_rows)
+      : groups_(g.groups), chunks_(g.kind == GemmKind::Wgrad ? 1 : std::max(chunks, 1)), chunk_rows_(chunk_rows) {
     const bool rows_major = g.kind != GemmKind::Wgrad;
+    if (K::kTransposed && g.kind != GemmKind::Fprop) throw InternalError("a transposed plan is for Fprop only");
     const int total = groups_ * chunks_;
     shapes_.reset(total);
     pa_.reset(total);
     pb_.reset(total);
     pd_.reset(total);
-    // Strides do not depend on the counts: the variable extent is never a stride.
+    // Strides do not depend on the counts: the variable extent is never a stride. Transposed: A is
+    // B_e [n, k] row-major, B the rows [rows, k] (K x rows column-major), D^T [n, rows] column-major.
     using cute::make_shape;
     int M = rows_major ? 1 : static_cast<int>(g.m), N = static_cast<int>(g.n);
     int Kd = rows_major ? static_cast<int>(g.k) : 1;
-    std::vector<typename K::StrideA> sa(total, cutlass::make_cute_packed_stride(typename K::StrideA{}, {M, Kd, 1}));
-    std::vector<typename K::StrideB> sb(total, cutlass::make_cute_packed_stride(typename K::StrideB{}, {N, Kd, 1}));
-    std::vector<typename K::StrideD> sd(total, cutlass::make_cute_packed_stride(typename K::StrideD{}, {M, N, 1}));
+    const int a_rows = K::kTransposed ? N : M, b_cols = K::kTransposed ? 1 : N;
+    const int d_rows = K::kTransposed ? N : M, d_cols = K::kTransposed ? 1 : N;
+    std::vector<typename K::StrideA> sa(total, cutlass::make_cute_packed_stride(typename K::StrideA{}, {a_rows, Kd, 1}));
+    std::vector<typename K::StrideB> sb(total, cutlass::make_cute_packed_stride(typename K::StrideB{}, {b_cols, Kd, 1}));
+    std::vector<typename K::StrideD> sd(total, cutlass::make_cute_packed_stride(typename K::StrideD{}, {d_rows, d_cols, 1}));
     sa_.upload(sa);
     sb_.upload(sb);
     sd_.upload(sd);
     if (rows_major) {
-      std::vector<const EB*> bw(groups_);
-      for (int e = 0; e < groups_; ++e) bw[e] = reinterpret_cast<const EB*>(g.b_expert.at(e));
+      std::vector<const Bf16*> bw(groups_);
+      for (int e = 0; e < groups_; ++e) bw[e] = reinterpret_cast<const Bf16*>(g.b_expert.at(e));
       b_expert_.upload(bw);
     } else {
       std::vector<ElementD*> dw(groups_);
@@ -175,7 +197,7 @@ class Plan final : public GroupedGemmPlan {
     typename K::Gemm::Arguments args{
         cutlass::gemm::GemmUniversalMode::kGrouped,
         {total, shapes_.get(), nullptr},  // no host sizes: the kernel reads them on the device
-        {const_cast<const EA**>(pa_.get()), sa_.get(), const_cast<const EB**>(pb_.get()), sb_.get()},
+        {const_cast<const Bf16**>(pa_.get()), sa_.get(), const_cast<const Bf16**>(pb_.get()), sb_.get()},
         {{}, nullptr, nullptr, pd_.get(), sd_.get()},
         hw};
     args.epilogue.thread.alpha = 1.0f;
@@ -185,13 +207,27 @@ class Plan final : public GroupedGemmPlan {
     MOENUM_CUTLASS_CHECK(gemm_.initialize(args, workspace_.get()));
   }
 
+  FillTarget<ElementD> fill_target(const GroupedGemmDesc& g) const {
+    FillTarget<ElementD> f;
+    f.chunks = chunks_, f.min_rows = chunk_rows_, f.tile_m = K::kTileM;
+    f.rows_major = g.kind != GemmKind::Wgrad, f.transposed = K::kTransposed;
+    f.m = g.m, f.n = g.n, f.k = g.k;
+    f.a = reinterpret_cast<const Bf16*>(g.a);
+    f.b_rows = reinterpret_cast<const Bf16*>(g.b_rows);
+    f.b_expert = b_expert_.get();
+    f.d_rows = reinterpret_cast<ElementD*>(g.d_rows);
+    f.d_expert = d_expert_.get();
+    f.shapes = shapes_.get();
+    f.pa = const_cast<const Bf16**>(pa_.get());
+    f.pb = const_cast<const Bf16**>(pb_.get());
+    f.pd = pd_.get();
+    return f;
+  }
+  int entries() const { return groups_ * chunks_; }
+  const typename K::Gemm::Params& params() const { return gemm_.params(); }
+
   void launch(const GroupedGemmDesc& g, cudaStream_t s) override {
-    const bool rows_major = g.kind != GemmKind::Wgrad;
-    fill_groups<EA, EB, ElementD><<<(groups_ * chunks_ + 127) / 128, 128, 0, s>>>(
-        groups_, chunks_, chunk_rows_, K::kTileM, rows_major, g.m, g.n, g.k, g.counts, g.offsets, reinterpret_cast<const EA*>(g.a),
-        reinterpret_cast<const EB*>(g.b_rows), b_expert_.get(), reinterpret_cast<ElementD*>(g.d_rows),
-        d_expert_.get(), shapes_.get(), const_cast<const EA**>(pa_.get()), const_cast<const EB**>(pb_.get()),
-        pd_.get(), gate_);
+    fill_groups<ElementD><<<(entries() + 127) / 128, 128, 0, s>>>(fill_target(g), groups_, g.counts, g.offsets);
     MOENUM_CUDA_LAUNCH_CHECK();
     MOENUM_CUTLASS_CHECK(gemm_.run(s));
   }
@@ -200,16 +236,15 @@ class Plan final : public GroupedGemmPlan {
   int groups_;
   int chunks_;
   int64_t chunk_rows_;
-  Gate gate_;
   typename K::Gemm gemm_;
   DeviceBuffer<Shape3> shapes_;
-  DeviceBuffer<EA*> pa_;
-  DeviceBuffer<EB*> pb_;
+  DeviceBuffer<Bf16*> pa_;
+  DeviceBuffer<Bf16*> pb_;
   DeviceBuffer<ElementD*> pd_;
   DeviceBuffer<typename K::StrideA> sa_;
   DeviceBuffer<typename K::StrideB> sb_;
   DeviceBuffer<typename K::StrideD> sd_;
-  DeviceBuffer<const EB*> b_expert_;
+  DeviceBuffer<const Bf16*> b_expert_;
   DeviceBuffer<ElementD*> d_expert_;
   DeviceBuffer<uint8_t> workspace_;
 };

@@ -7,11 +7,12 @@
 // GEMM kind); only the automatic Fprop tile may also depend on the counts, and then it is picked on
 // the device at every launch:
 //   tile  : 128x128x64 cooperative (every kind), or for Fprop one of the wider or pingpong
-//           configurations of Tile (fprop_tiles: from N and K, and for a long K from the skew of
-//           the counts; the others on request, for the bench). A choice on the device builds both
-//           configurations' plans; a tiny kernel sets a skew flag from the counts, and both
-//           kernels are launched back to back, the one not chosen with all-empty groups (no tiles,
-//           it exits at once). No host read, so it stays graph-capturable.
+//           configurations of Tile (fprop_tiles: from N and K, and from the class of the counts;
+//           the others on request, for the bench). A choice on the device builds both
+//           configurations' arrays and CUTLASS parameters; one small kernel classifies the counts
+//           and fills the chosen configuration's problem array, and one kernel launch runs either
+//           CUTLASS kernel (both have the same cluster and threads). No host read, so it stays
+//           graph-capturable, and it launches no more than a single configuration does.
 //   chunks: Fprop/Dgrad split each group's rows, on the device, into up to `chunks` sub-groups of at
 //           least `chunk_rows` rows (multiples of the tile's M). CUTLASS's grouped tile scheduler
 //           walks a group's tiles along M (no swizzle without host problem sizes), so one wave of a
@@ -28,9 +29,10 @@
 //     per k-tile in ascending k, the first with ScaleOut::Zero (accumulator +0). So each output is
 //     one chain of 16-product fused steps over k = 0, 16, 32, ... from +0, whatever the tile's M or N
 //     (they only decide which CTA holds the element), whatever the cluster (TMA multicast of A or B
-//     changes no value) and whatever the schedule (pingpong gives a whole tile to one consumer warp
-//     group instead of half of it to each of two; both run the same CUTLASS mainloop, the same k
-//     loop and instructions). A K that is not a multiple of 64 is zero-filled by TMA: zero
+//     changes no value), whether the problem is transposed (T128x128PingpongT computes D^T = B_e .
+//     A^T: the same exact products a * b in the same k order) and whatever the schedule (pingpong
+//     gives a whole tile to one consumer warp group instead of half of it to each of two; both run
+//     the same CUTLASS mainloop, the same k loop and instructions). A K that is not a multiple of 64 is zero-filled by TMA: zero
 //     products, which leave the chain's bits unchanged (moenum/tc.h).
 //   chunks (Fprop/Dgrad): sub-groups split M only, never K.
 //   Wgrad: K is the group's rows in plan order, one group per expert (chunks = 1), never split.
@@ -65,7 +67,8 @@ enum class Tile {
   T128x256M2,         // 128x256x64 cooperative, 2x1 cluster (B multicast): torch._grouped_mm's sm90 kernel
   T128x192,           // 128x192x64 cooperative, 1x2 cluster: for N that 128x256 pads more
   T128x128Pingpong,   // 128x128x64 pingpong, 1x2 cluster: short K loops
-  T128x128PingpongM2, // 128x128x64 pingpong, 2x1 cluster (B multicast): for the bench, B-heavy shapes
+  T128x128PingpongM2, // 128x128x64 pingpong, 2x1 cluster (B multicast): for the bench
+  T128x128PingpongT,  // 128x128x64 pingpong, 1x2 cluster, on D^T = B_e . A^T (B multicast): small groups
 };
 const char* tile_name(Tile t);
 
@@ -79,20 +82,30 @@ std::unique_ptr<GroupedGemmPlan> make_fprop_plan(const GroupedGemmDesc& g, const
 std::unique_ptr<GroupedGemmPlan> make_dgrad_plan(const GroupedGemmDesc& g, const PlanOptions& o);  // A row, B row, D bf16
 std::unique_ptr<GroupedGemmPlan> make_wgrad_plan(const GroupedGemmDesc& g, const PlanOptions& o);  // A col, B row, D fp32
 
-// The automatic Fprop configuration: `even` for balanced counts, `skewed` for skewed ones (the rule
-// and its threshold are in grouped_fprop.cu). Equal when the counts do not matter.
+// The classes of counts the automatic Fprop choice tells apart (thresholds in grouped_fprop.cu):
+// skewed (the largest group well above the mean), small groups (balanced, at most two M tiles per
+// group on average), and the other balanced counts.
+enum class CountsClass : int { kEven = 0, kSmallGroups = 1, kSkewed = 2 };
+const char* counts_class_name(CountsClass c);
+
+// The automatic Fprop configuration for each class of counts (the rule is in grouped_fprop.cu).
+// All equal when the counts do not matter.
 struct FpropTiles {
   Tile even;
+  Tile small_groups;
   Tile skewed;
-  bool chosen_on_device() const { return even != skewed; }
+  Tile for_class(CountsClass c) const {
+    return c == CountsClass::kSkewed ? skewed : c == CountsClass::kSmallGroups ? small_groups : even;
+  }
+  bool chosen_on_device() const { return even != skewed || even != small_groups; }
 };
 
 // The choices (see above); exposed so the bench can report them.
 FpropTiles fprop_tiles(const GroupedGemmDesc& g);
 int default_chunks(const GroupedGemmDesc& g);
 
-// Sets *skewed (device) to 1 when the device counts[0, groups) are skewed in the sense of
-// fprop_tiles, else 0: one small kernel on s, no host read. Exposed for the tests and the bench.
-void launch_counts_skewed(const int64_t* counts, int groups, int* skewed, cudaStream_t s);
+// Sets *counts_class (device) to the CountsClass of the device counts[0, groups): one small kernel
+// on s, no host read. Exposed for the tests and the bench.
+void launch_counts_class(const int64_t* counts, int groups, int* counts_class, cudaStream_t s);
 
 }  // namespace moenum::gpu::sm90
