@@ -160,6 +160,33 @@ TEST(GpuGroupedChoice, AutomaticEngineMatchesBaseBitwise) {
 #endif
 }
 
+// Every configuration of sm90::Tile, forced, on counts of every class and a K with a partial last
+// k-tile (zero-filled by TMA): bitwise the 128x128 tile's output.
+TEST(GpuGroupedChoice, EveryTileMatchesBaseBitwise) {
+  MOENUM_REQUIRE_GPU();
+#ifndef MOENUM_HAVE_CUTLASS
+  GTEST_SKIP() << "built without CUTLASS: gpu.grouped not available";
+#else
+  if (gpu::device_sm() != 90) GTEST_SKIP() << "CUTLASS sm_90a kernels need an sm_90 device";
+  cudaStream_t s;
+  ASSERT_EQ(cudaSuccess, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  FpropCase c(2000);
+  auto base = gpu::make_cutlass_sm90_engine({sm90::Tile::T128x128, 1});
+  int tiles = 0;
+  for (int t = static_cast<int>(sm90::Tile::T128x128) + 1; std::string(sm90::tile_name(sm90::Tile(t))) != "?"; ++t) {
+    const auto tile = static_cast<sm90::Tile>(t);
+    auto engine = gpu::make_cutlass_sm90_engine({tile, -1});
+    for (const auto* counts : kCountSets) {
+      c.set_counts(*counts, s);
+      EXPECT_EQ(c.run(*base, s), c.run(*engine, s)) << sm90::tile_name(tile) << ", " << set_name(counts);
+    }
+    ++tiles;
+  }
+  EXPECT_GE(tiles, 6) << "every configuration of Tile after T128x128";
+  cudaStreamDestroy(s);
+#endif
+}
+
 TEST(GpuGroupedChoice, GraphReplayFollowsNewCounts) {
   MOENUM_REQUIRE_GPU();
 #ifndef MOENUM_HAVE_CUTLASS
