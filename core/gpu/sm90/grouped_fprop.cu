@@ -68,9 +68,10 @@ __host__ __device__ constexpr CountsClass classify_counts(int64_t max_count, int
   return total <= kSmallGroupRows * groups ? CountsClass::kSmallGroups : CountsClass::kEven;
 }
 
-// One block: the max and the sum of the counts, then the class.
-__global__ void counts_class_kernel(const int64_t* counts, int groups, int* counts_class) {
-  constexpr int kThreads = 256;
+// The class of the counts, computed by one whole block of kThreads threads (every thread gets it):
+// the max and the sum of the counts, then classify_counts.
+template <int kThreads>
+__device__ CountsClass block_counts_class(const int64_t* counts, int groups) {
   __shared__ int64_t smax[kThreads], ssum[kThreads];
   const int t = threadIdx.x;
   int64_t mx = 0, sum = 0;
@@ -89,7 +90,12 @@ __global__ void counts_class_kernel(const int64_t* counts, int groups, int* coun
     }
     __syncthreads();
   }
-  if (t == 0) *counts_class = static_cast<int>(classify_counts(smax[0], ssum[0], groups));
+  return classify_counts(smax[0], ssum[0], groups);
+}
+
+__global__ void counts_class_kernel(const int64_t* counts, int groups, int* counts_class) {
+  const CountsClass c = block_counts_class<256>(counts, groups);
+  if (threadIdx.x == 0) *counts_class = static_cast<int>(c);
 }
 
 void launch_counts_class(const int64_t* counts, int groups, int* counts_class, cudaStream_t s) {
@@ -136,25 +142,9 @@ template <class ED>
 __global__ void choose_and_fill(FillTarget<ED> first, FillTarget<ED> second, unsigned second_for, int groups,
                                 const int64_t* counts, const int64_t* offsets, int* choice) {
   constexpr int kThreads = 128;
-  __shared__ int64_t smax[kThreads], ssum[kThreads];
   const int t = threadIdx.x;
-  int64_t mx = 0, sum = 0;
-  for (int e = t; e < groups; e += kThreads) {
-    const int64_t c = counts[e];
-    mx = c > mx ? c : mx;
-    sum += c;
-  }
-  smax[t] = mx;
-  ssum[t] = sum;
-  __syncthreads();
-  for (int w = kThreads / 2; w > 0; w /= 2) {
-    if (t < w) {
-      smax[t] = smax[t + w] > smax[t] ? smax[t + w] : smax[t];
-      ssum[t] += ssum[t + w];
-    }
-    __syncthreads();
-  }
-  const int which = second_for >> static_cast<int>(classify_counts(smax[0], ssum[0], groups)) & 1u;
+  const CountsClass counts_class = block_counts_class<kThreads>(counts, groups);
+  const int which = second_for >> static_cast<int>(counts_class) & 1u;
   if (blockIdx.x == 0 && t == 0) *choice = which;
   const FillTarget<ED>& f = which ? second : first;
   const int i = blockIdx.x * kThreads + t;
