@@ -9,12 +9,14 @@
 #                       (_core, moenum_tests, moenum_gpu_tests) links all of them and the linker
 #                       cannot drop the self-registering backends (a static archive would).
 #   moenum_gpu_tests    the GPU gtests (tests/gpu/), when MOENUM_BUILD_TESTS; they skip without a GPU.
+# Before enable_language: it would set nvcc's own default (sm_75 with CUDA 13, sm_52 before), which
+# leaves out the CUTLASS kernels. A list given on the command line or in CUDAARCHS wins.
+if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES AND NOT DEFINED ENV{CUDAARCHS})
+  set(CMAKE_CUDA_ARCHITECTURES 90a 100a)
+endif()
 enable_language(CUDA)
 set(CMAKE_CUDA_STANDARD 20)
 set(CMAKE_CUDA_STANDARD_REQUIRED ON)
-if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES OR CMAKE_CUDA_ARCHITECTURES STREQUAL "52")
-  set(CMAKE_CUDA_ARCHITECTURES 90a 100a)
-endif()
 find_package(CUDAToolkit REQUIRED)
 
 # ---- CUTLASS headers: CUTLASS_INCLUDE_DIR, else the PyPI wheel nvidia-cutlass --------------------
