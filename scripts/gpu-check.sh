@@ -291,6 +291,9 @@ if want multigpu && [ -d /tmp/moenum-py/moenum ]; then
   [ $rc -eq 0 ] && note multigpu ok "$((SECONDS - t0)) s; $summary" || note multigpu FAILED "rc $rc; $summary"
 fi
 
+# The same-process GEMM A/B against torch (bench/gpu_gemm_ab_torch.py), for the bench and gemm-ab stages.
+gemm_ab() { timeout 400 python3 bench/gpu_gemm_ab_torch.py $BUILD/libmoenum_gemm_capi.so >"$OUT/bench_ab.csv"; }
+
 # ---- bench: our engines and torch._grouped_mm on the same shapes, same run ------------------------
 if want bench && [ -x $BUILD/moenum_gpu_bench ]; then
   t0=$SECONDS
@@ -304,8 +307,7 @@ if want bench && [ -x $BUILD/moenum_gpu_bench ]; then
     timeout 200 python3 bench/gpu_peer_torch.py | tail -n +2
     timeout 300 python3 bench/gpu_peer_torch.py --calls-per-round 10 | tail -n +2; } >"$OUT/bench.csv" 2>"$OUT/bench.err"
   # and moenum's plan called from torch's process, the two round by round (bench/gpu_gemm_ab_torch.py)
-  [ -f $BUILD/libmoenum_gemm_capi.so ] \
-    && timeout 300 python3 bench/gpu_gemm_ab_torch.py $BUILD/libmoenum_gemm_capi.so >"$OUT/bench_ab.csv" 2>>"$OUT/bench.err"
+  [ -f $BUILD/libmoenum_gemm_capi.so ] && gemm_ab 2>>"$OUT/bench.err"
   if [ -s "$OUT/bench.csv" ]; then
     note bench ok "$((SECONDS - t0)) s"
   else
@@ -316,7 +318,7 @@ fi
 # ---- gemm-ab (on request): the bench stage's same-process A/B alone, every forced tile beside torch --
 if want gemm-ab && [ -f $BUILD/libmoenum_gemm_capi.so ]; then
   t0=$SECONDS
-  if timeout 400 python3 bench/gpu_gemm_ab_torch.py $BUILD/libmoenum_gemm_capi.so >"$OUT/bench_ab.csv" 2>"$OUT/bench_ab.err"; then
+  if gemm_ab 2>"$OUT/bench_ab.err"; then
     note gemm-ab ok "$((SECONDS - t0)) s"
   else
     note gemm-ab FAILED "$(tail -1 "$OUT/bench_ab.err")"
