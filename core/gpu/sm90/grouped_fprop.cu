@@ -207,12 +207,23 @@ class ChoicePlan final : public GroupedGemmPlan {
   dim3 grid_;
 };
 
-// The classes of counts for which `tiles` picks something other than tiles.even, as a bit mask.
-unsigned classes_off_even(const FpropTiles& tiles) {
-  unsigned mask = 0;
-  for (CountsClass c : {CountsClass::kEven, CountsClass::kSmallGroups, CountsClass::kSkewed})
-    if (tiles.for_class(c) != tiles.even) mask |= 1u << static_cast<int>(c);
-  return mask;
+// The configuration other than tiles.even that some classes of counts pick, and those classes as
+// a bit mask. A ChoicePlan runs two configurations, so a third is an error.
+struct SecondTile {
+  Tile tile;
+  unsigned classes = 0;
+};
+SecondTile second_tile(const FpropTiles& tiles) {
+  SecondTile second{tiles.even};
+  for (CountsClass c : {CountsClass::kEven, CountsClass::kSmallGroups, CountsClass::kSkewed}) {
+    const Tile t = tiles.for_class(c);
+    if (t == tiles.even) continue;
+    if (second.classes != 0 && t != second.tile)
+      throw InternalError("the automatic Fprop choice picks among more than two configurations");
+    second.tile = t;
+    second.classes |= 1u << static_cast<int>(c);
+  }
+  return second;
 }
 
 }  // namespace
@@ -222,13 +233,11 @@ std::unique_ptr<GroupedGemmPlan> make_fprop_plan(const GroupedGemmDesc& g, const
   if (o.tile != Tile::Auto) return make_tile_plan(g, o.tile, chunks, o.chunk_rows);
   const FpropTiles tiles = fprop_tiles(g);
   if (!tiles.chosen_on_device()) return make_tile_plan(g, tiles.even, chunks, o.chunk_rows);
-  const unsigned second_for = classes_off_even(tiles);
-  const Tile second = tiles.for_class(second_for & 1u << static_cast<int>(CountsClass::kSkewed) ? CountsClass::kSkewed
-                                                                                                : CountsClass::kSmallGroups);
-  if (tiles.even == Tile::T128x128Pingpong && second == Tile::T128x128PingpongT)
-    return std::make_unique<ChoicePlan<PingpongKernel, PingpongTransposedKernel>>(g, chunks, o.chunk_rows, second_for);
-  if (tiles.even == Tile::T128x128Pingpong && second == Tile::T128x256)
-    return std::make_unique<ChoicePlan<PingpongKernel, WideKernel>>(g, chunks, o.chunk_rows, second_for);
-  throw InternalError(std::string("no ChoicePlan for ") + tile_name(tiles.even) + " / " + tile_name(second));
+  const SecondTile second = second_tile(tiles);
+  if (tiles.even == Tile::T128x128Pingpong && second.tile == Tile::T128x128PingpongT)
+    return std::make_unique<ChoicePlan<PingpongKernel, PingpongTransposedKernel>>(g, chunks, o.chunk_rows, second.classes);
+  if (tiles.even == Tile::T128x128Pingpong && second.tile == Tile::T128x256)
+    return std::make_unique<ChoicePlan<PingpongKernel, WideKernel>>(g, chunks, o.chunk_rows, second.classes);
+  throw InternalError(std::string("no ChoicePlan for ") + tile_name(tiles.even) + " / " + tile_name(second.tile));
 }
 }  // namespace moenum::gpu::sm90

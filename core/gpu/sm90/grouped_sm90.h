@@ -32,8 +32,8 @@
 //     changes no value), whether the problem is transposed (T128x128PingpongT computes D^T = B_e .
 //     A^T: the same exact products a * b in the same k order) and whatever the schedule (pingpong
 //     gives a whole tile to one consumer warp group instead of half of it to each of two; both run
-//     the same CUTLASS mainloop, the same k loop and instructions). A K that is not a multiple of 64 is zero-filled by TMA: zero
-//     products, which leave the chain's bits unchanged (moenum/tc.h).
+//     the same CUTLASS mainloop, the same k loop and instructions). A K that is not a multiple of
+//     64 is zero-filled by TMA: zero products, which leave the chain's bits unchanged (moenum/tc.h).
 //   chunks (Fprop/Dgrad): sub-groups split M only, never K.
 //   Wgrad: K is the group's rows in plan order, one group per expert (chunks = 1), never split.
 //   No split-K, no stream-K: both schedules, with the grouped data-parallel tile scheduler,
