@@ -22,7 +22,8 @@ from gpu_peer_torch import SHAPES, make_counts  # noqa: E402
 # values of sm90::Tile (core/gpu/sm90/grouped_sm90.h), with chunks (-1: automatic)
 ENGINES = [("gpu.grouped", 0, -1), ("gpu.grouped.pingpong", 5, -1), ("gpu.grouped.pingpong_whole", 5, 1),
            ("gpu.grouped.pingpong_m2", 6, -1), ("gpu.grouped.wide", 2, -1), ("gpu.grouped.wide_m2", 3, -1),
-           ("gpu.grouped.wide_m2_whole", 3, 1), ("gpu.grouped.pingpong_t", 7, -1)]
+           ("gpu.grouped.wide_m2_whole", 3, 1), ("gpu.grouped.pingpong_t", 7, -1),
+           ("gpu.grouped.pingpong_r4", 8, -1), ("gpu.grouped.pingpong_t_r4", 9, -1), ("gpu.grouped.pingpong_t_r2", 10, -1)]
 
 
 def median_ms(calls, names, burst):

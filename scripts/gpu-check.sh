@@ -12,6 +12,7 @@
 #                                       (the nightly suite on this GPU) to copy into baselines/ and commit,
 #                                       profile: py-spy of the production points (bench/profile_parts.py),
 #                                       gemm-ab: the bench stage's same-process GEMM A/B against torch alone,
+#                                       gemm-diagnose: uniform-count ceilings and ncu counters of the GEMMs,
 #                                       and multigpu (nvidia-h200-x2): EP 2 under mpirun with transport nccl,
 #                                       gpu.grouped and gpu.multistream, bf16 and mxfp8, every padding source,
 #                                       bitwise against transport local, with timings
@@ -323,6 +324,23 @@ if want gemm-ab && [ -f $BUILD/libmoenum_gemm_capi.so ]; then
   else
     note gemm-ab FAILED "$(tail -1 "$OUT/bench_ab.err")"
   fi
+fi
+
+# ---- gemm-diagnose (on request): uniform counts, torch._grouped_mm beside batched and dense ceilings,
+# ---- then the same kernels under ncu's counters (bench/gpu_gemm_diagnose.py) ---------------------
+NCU_METRICS=gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,lts__t_sector_hit_rate.pct,lts__throughput.avg.pct_of_peak_sustained_elapsed
+if want gemm-diagnose && [ -f $BUILD/libmoenum_gemm_capi.so ]; then
+  t0=$SECONDS
+  timeout 200 python3 bench/gpu_gemm_diagnose.py $BUILD/libmoenum_gemm_capi.so >"$OUT/gemm_ceilings.csv" 2>"$OUT/gemm_diagnose.err"
+  rc=$?
+  if command -v ncu >/dev/null; then
+    timeout 300 ncu --clock-control none --profile-from-start off --csv --page details --print-units base \
+      --metrics "$NCU_METRICS" python3 bench/gpu_gemm_diagnose.py $BUILD/libmoenum_gemm_capi.so --ncu \
+      >"$OUT/gemm_ncu_raw.csv" 2>>"$OUT/gemm_diagnose.err"
+    grep '^"' "$OUT/gemm_ncu_raw.csv" >"$OUT/gemm_ncu.csv"
+    python3 bench/gpu_gemm_diagnose.py --table "$OUT/gemm_ncu.csv" >"$OUT/gemm_ncu_table.csv" 2>>"$OUT/gemm_diagnose.err" || rc=1
+  fi
+  [ $rc -eq 0 ] && note gemm-diag ok "$((SECONDS - t0)) s" || note gemm-diag FAILED "$(tail -1 "$OUT/gemm_diagnose.err")"
 fi
 
 # ---- layer: gpu.grouped's whole layer (eager, graph replay) and the torch.grouped_mm adapter's, ----

@@ -19,6 +19,9 @@ const char* tile_name(Tile t) {
     case Tile::T128x128Pingpong: return "128x128 pingpong 1x2";
     case Tile::T128x128PingpongM2: return "128x128 pingpong 2x1";
     case Tile::T128x128PingpongT: return "128x128 pingpong 1x2 transposed";
+    case Tile::T128x128PingpongR4: return "128x128 pingpong 1x2, runs of 4";
+    case Tile::T128x128PingpongTR4: return "128x128 pingpong 1x2 transposed, runs of 4";
+    case Tile::T128x128PingpongTR2: return "128x128 pingpong 1x2 transposed, runs of 2";
   }
   return "?";
 }
@@ -116,7 +119,10 @@ using LB = cutlass::layout::ColumnMajor;
 using D = cutlass::bfloat16_t;
 
 using PingpongKernel = GroupedKernel<LA, LB, D, 128, 2, 1, Pingpong>;
-using PingpongTransposedKernel = GroupedKernel<LA, LB, D, 128, 2, 1, Pingpong, cutlass::layout::ColumnMajor>;
+using DRows = cutlass::layout::RowMajor;           // D
+using DTransposed = cutlass::layout::ColumnMajor;  // D^T
+
+using PingpongTransposedKernel = GroupedKernel<LA, LB, D, 128, 2, 1, Pingpong, DTransposed>;
 using WideKernel = GroupedKernel<LA, LB, D, 256, 2>;
 
 std::unique_ptr<GroupedGemmPlan> make_tile_plan(const GroupedGemmDesc& g, Tile tile, int chunks, int64_t chunk_rows) {
@@ -130,6 +136,9 @@ std::unique_ptr<GroupedGemmPlan> make_tile_plan(const GroupedGemmDesc& g, Tile t
     case Tile::T128x128Pingpong: return plan(PingpongKernel{});
     case Tile::T128x128PingpongM2: return plan(GroupedKernel<LA, LB, D, 128, 1, 2, Pingpong>{});
     case Tile::T128x128PingpongT: return plan(PingpongTransposedKernel{});
+    case Tile::T128x128PingpongR4: return plan(GroupedKernel<LA, LB, D, 128, 2, 1, Pingpong, DRows, 4>{});
+    case Tile::T128x128PingpongTR4: return plan(GroupedKernel<LA, LB, D, 128, 2, 1, Pingpong, DTransposed, 4>{});
+    case Tile::T128x128PingpongTR2: return plan(GroupedKernel<LA, LB, D, 128, 2, 1, Pingpong, DTransposed, 2>{});
     case Tile::Auto:
     case Tile::T128x128: break;
   }

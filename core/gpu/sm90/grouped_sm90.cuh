@@ -21,6 +21,7 @@
 
 #include "cuda_check.h"
 #include "sm90/grouped_sm90.h"
+#include "sm90/run_scheduler.cuh"
 #include "device_buffer.h"
 
 namespace moenum::gpu::sm90 {
@@ -48,8 +49,9 @@ struct Pingpong {
   using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
 };
 
+// Run: tiles per cluster run (run_scheduler.cuh); 1 is CUTLASS's own order.
 template <class LayoutA, class LayoutB, class ElementD_, int TileN = 128, int ClusterN = 1, int ClusterM = 1,
-          class Schedule = Cooperative, class LayoutD = cutlass::layout::RowMajor>
+          class Schedule = Cooperative, class LayoutD = cutlass::layout::RowMajor, int Run = 1>
 struct GroupedKernel {
   using ElementA = cutlass::bfloat16_t;
   using ElementB = cutlass::bfloat16_t;
@@ -82,7 +84,8 @@ struct GroupedKernel {
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       KernelSchedule>::CollectiveOp;
 
-  using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>;
+  using Problem = std::conditional_t<Run == 1, ProblemShape, RunProblemShape<Run>>;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<Problem, Mainloop, Epilogue>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
   using StrideA = typename Gemm::GemmKernel::InternalStrideA;
   using StrideB = typename Gemm::GemmKernel::InternalStrideB;
@@ -194,9 +197,13 @@ class Plan final : public GroupedGemmPlan {
     int dev = 0;
     MOENUM_CUDA_CHECK(cudaGetDevice(&dev));
     auto hw = cutlass::KernelHardwareInfo::make_kernel_hardware_info<typename K::Kernel>(dev);
+    typename K::Problem problem;
+    problem.num_groups = total;
+    problem.problem_shapes = shapes_.get();
+    problem.host_problem_shapes = nullptr;  // no host sizes: the kernel reads them on the device
     typename K::Gemm::Arguments args{
         cutlass::gemm::GemmUniversalMode::kGrouped,
-        {total, shapes_.get(), nullptr},  // no host sizes: the kernel reads them on the device
+        problem,
         {const_cast<const Bf16**>(pa_.get()), sa_.get(), const_cast<const Bf16**>(pb_.get()), sb_.get()},
         {{}, nullptr, nullptr, pd_.get(), sd_.get()},
         hw};

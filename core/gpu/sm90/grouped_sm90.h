@@ -69,6 +69,9 @@ enum class Tile {
   T128x128Pingpong,   // 128x128x64 pingpong, 1x2 cluster: short K loops
   T128x128PingpongM2, // 128x128x64 pingpong, 2x1 cluster (B multicast): for the bench
   T128x128PingpongT,  // 128x128x64 pingpong, 1x2 cluster, on D^T = B_e . A^T (B multicast): small groups
+  T128x128PingpongR4,   // T128x128Pingpong with the tiles in runs of 4 per cluster (run_scheduler.cuh)
+  T128x128PingpongTR4,  // T128x128PingpongT, likewise
+  T128x128PingpongTR2,  // T128x128PingpongT with runs of 2
 };
 const char* tile_name(Tile t);
 

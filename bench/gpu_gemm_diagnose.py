@@ -1,0 +1,113 @@
+"""Where the grouped GEMM's time goes on uniform counts: ceilings beside torch._grouped_mm.
+
+python3 bench/gpu_gemm_diagnose.py BUILD/libmoenum_gemm_capi.so [--ncu]
+
+For the bench's shapes with uniform counts (every group the same rows), times in one process, round
+by round (bench/gpu_gemm_ab_torch.py's protocol, one call per timing): torch._grouped_mm,
+gpu.grouped's automatic choice, torch.bmm on the same problem as a batch (cuBLAS: one tensor map
+per operand, no per-group pointers), and torch.mm on one dense [rows, K] x [K, N] product (one
+weight for all rows: the compute ceiling at that N and K, with no weight traffic). Prints CSV
+shape,engine,ms,tflops,vs_torch.
+
+--ncu: instead runs each engine once between cudaProfilerStart/Stop after a warm-up, for
+`ncu --profile-from-start off` (scripts/gpu-check.sh stage gemm-diagnose).
+--table FILE: one line per kernel of ncu's CSV (--csv --page details --print-units base) FILE, its metrics side by side.
+"""
+import ctypes
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_gemm_ab_torch import median_ms  # noqa: E402
+from gpu_peer_torch import SHAPES, make_counts  # noqa: E402
+
+
+def engines(lib, g, m, n, k):
+    """name -> zero-argument call, and the handle to free."""
+    a = (torch.rand(m, k, device="cuda") - 0.5).mul_(0.25).to(torch.bfloat16)
+    b = (torch.rand(g, n, k, device="cuda") - 0.5).mul_(0.25).to(torch.bfloat16)
+    bt = b.transpose(-2, -1)
+    counts = make_counts(g, m, False)
+    offs32 = torch.tensor(counts, device="cuda", dtype=torch.int32).cumsum(0, dtype=torch.int32)
+    counts64 = torch.tensor(counts, device="cuda", dtype=torch.int64)
+    offsets64 = torch.cat([torch.zeros(1, dtype=torch.int64, device="cuda"), counts64.cumsum(0)])
+    d = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+    h = lib.moenum_fprop_new(0, -1, g, n, k, ctypes.c_void_p(b.data_ptr()))
+    if not h:
+        raise RuntimeError("moenum_fprop_new failed")
+    stream = torch.cuda.current_stream().cuda_stream
+
+    def moenum():
+        if lib.moenum_fprop_run(h, a.data_ptr(), d.data_ptr(), counts64.data_ptr(), offsets64.data_ptr(), stream):
+            raise RuntimeError("moenum_fprop_run failed")
+
+    calls = {"torch._grouped_mm": lambda: torch._grouped_mm(a, bt, offs=offs32, out_dtype=torch.bfloat16),
+             "gpu.grouped": moenum}
+    if len(set(counts)) == 1:
+        a3 = a.view(g, m // g, k)
+        calls["torch.bmm"] = lambda: torch.bmm(a3, bt)
+    calls["torch.mm dense"] = lambda: torch.mm(a, bt[0])
+    return calls, h
+
+
+def table(path):
+    """Kernel, then each metric's value, for kernels of at least 20 us (the GEMMs, not the fills)."""
+    import csv
+    kernels = {}
+    for r in csv.DictReader(open(path)):
+        kernels.setdefault(r["ID"], {"name": r["Kernel Name"]})[r["Metric Name"]] = r["Metric Value"]
+    metrics = sorted({mk for kv in kernels.values() for mk in kv if mk != "name"})
+    print("kernel," + ",".join(metrics))
+    for kv in kernels.values():
+        ns = float(kv.get("gpu__time_duration.sum", "0").replace(",", ""))  # --print-units base
+        if ns >= 20000:
+            print(f"{kv['name'][:60].replace(',', ' ')}," + ",".join(kv.get(mk, "-").replace(",", "") for mk in metrics))
+    return 0
+
+
+def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--table":
+        return table(sys.argv[2])
+    args = [x for x in sys.argv[1:] if x != "--ncu"]
+    if len(args) != 1:
+        print(__doc__, file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("no CUDA device", file=sys.stderr)
+        return 3
+    lib = ctypes.CDLL(args[0])
+    lib.moenum_fprop_new.restype = ctypes.c_void_p
+    lib.moenum_fprop_new.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64,
+                                     ctypes.c_void_p]
+    lib.moenum_fprop_run.argtypes = [ctypes.c_void_p] * 6
+    lib.moenum_fprop_free.argtypes = [ctypes.c_void_p]
+    profile = "--ncu" in sys.argv
+    if not profile:
+        print("shape,engine,ms,tflops,vs_torch")
+    for name, g, m, n, k in SHAPES:
+        calls, h = engines(lib, g, m, n, k)
+        if profile:
+            for f in calls.values():
+                f()
+            torch.cuda.synchronize()
+            torch.cuda.profiler.start()
+            for e, f in calls.items():
+                torch.cuda.nvtx.range_push(f"{name} {e}")
+                f()
+                torch.cuda.nvtx.range_pop()
+            torch.cuda.synchronize()
+            torch.cuda.profiler.stop()
+        else:
+            names = list(calls)
+            med = median_ms(calls, names, 1)
+            for e in names:
+                tflops = 2.0 * m * n * k / (med[e] * 1e-3) / 1e12
+                print(f"{name},{e},{med[e]:.4f},{tflops:.1f},{med['torch._grouped_mm'] / med[e]:.3f}", flush=True)
+        lib.moenum_fprop_free(h)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
