@@ -19,11 +19,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_peer_torch import SHAPES, make_counts  # noqa: E402
 
-# values of sm90::Tile (core/gpu/sm90/grouped_sm90.h), with chunks (-1: automatic)
-ENGINES = [("gpu.grouped", 0, -1), ("gpu.grouped.pingpong", 5, -1), ("gpu.grouped.pingpong_whole", 5, 1),
-           ("gpu.grouped.pingpong_m2", 6, -1), ("gpu.grouped.wide", 2, -1), ("gpu.grouped.wide_m2", 3, -1),
-           ("gpu.grouped.wide_m2_whole", 3, 1), ("gpu.grouped.pingpong_t", 7, -1),
-           ("gpu.grouped.pingpong_r4", 8, -1), ("gpu.grouped.pingpong_t_r4", 9, -1), ("gpu.grouped.pingpong_t_r2", 10, -1)]
+# values of sm90::Tile (core/gpu/sm90/grouped_sm90.h), with chunks and tiles per cluster run (-1: automatic)
+ENGINES = [("gpu.grouped", 0, -1, -1), ("gpu.grouped.pingpong", 5, -1, 1), ("gpu.grouped.pingpong_whole", 5, 1, 1),
+           ("gpu.grouped.pingpong_m2", 6, -1, 1), ("gpu.grouped.wide", 2, -1, 1), ("gpu.grouped.wide_m2_whole", 3, 1, 1),
+           ("gpu.grouped.pingpong_t", 7, -1, 1), ("gpu.grouped.pingpong_t_r2", 7, -1, 2),
+           ("gpu.grouped.pingpong_t_r4", 7, -1, 4), ("gpu.grouped.pingpong_t_r8", 7, -1, 8)]
 
 
 def median_ms(calls, names, burst):
@@ -52,8 +52,8 @@ def main():
         return 3
     lib = ctypes.CDLL(sys.argv[1])
     lib.moenum_fprop_new.restype = ctypes.c_void_p
-    lib.moenum_fprop_new.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64,
-                                     ctypes.c_void_p]
+    lib.moenum_fprop_new.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64,
+                                     ctypes.c_int64, ctypes.c_void_p]
     lib.moenum_fprop_run.argtypes = [ctypes.c_void_p] * 6
     lib.moenum_fprop_free.argtypes = [ctypes.c_void_p]
     stream = torch.cuda.current_stream()
@@ -70,8 +70,8 @@ def main():
             outs = {"torch._grouped_mm": torch._grouped_mm(a, bt, offs=offs32, out_dtype=torch.bfloat16)}
             calls = {"torch._grouped_mm": lambda: torch._grouped_mm(a, bt, offs=offs32, out_dtype=torch.bfloat16)}
             handles = []
-            for engine, tile, chunks in ENGINES:
-                h = lib.moenum_fprop_new(tile, chunks, g, n, k, ctypes.c_void_p(b.data_ptr()))
+            for engine, tile, chunks, run in ENGINES:
+                h = lib.moenum_fprop_new(tile, chunks, run, g, n, k, ctypes.c_void_p(b.data_ptr()))
                 if not h:
                     return 1
                 handles.append(h)

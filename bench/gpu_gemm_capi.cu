@@ -23,11 +23,14 @@ struct FpropHandle {
 
 extern "C" {
 
-// tile: the value of sm90::Tile (0 = the automatic choice); chunks: -1 = automatic. Null on failure.
-void* moenum_fprop_new(int tile, int chunks, int groups, int64_t n, int64_t k, const void* b) {
+// tile: the value of sm90::Tile (0 = the automatic choice); chunks, run: -1 = automatic. Null on
+// failure.
+void* moenum_fprop_new(int tile, int chunks, int run, int groups, int64_t n, int64_t k, const void* b) {
   try {
     auto h = std::make_unique<FpropHandle>();
-    h->engine = moenum::gpu::make_cutlass_sm90_engine({static_cast<moenum::gpu::sm90::Tile>(tile), chunks});
+    moenum::gpu::CutlassSm90Options o{static_cast<moenum::gpu::sm90::Tile>(tile), chunks};
+    o.run = run;
+    h->engine = moenum::gpu::make_cutlass_sm90_engine(o);
     h->desc.kind = moenum::gpu::GemmKind::Fprop;
     h->desc.groups = groups;
     h->desc.n = n;

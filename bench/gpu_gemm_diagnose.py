@@ -34,7 +34,7 @@ def engines(lib, g, m, n, k):
     counts64 = torch.tensor(counts, device="cuda", dtype=torch.int64)
     offsets64 = torch.cat([torch.zeros(1, dtype=torch.int64, device="cuda"), counts64.cumsum(0)])
     d = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
-    h = lib.moenum_fprop_new(0, -1, g, n, k, ctypes.c_void_p(b.data_ptr()))
+    h = lib.moenum_fprop_new(0, -1, -1, g, n, k, ctypes.c_void_p(b.data_ptr()))
     if not h:
         raise RuntimeError("moenum_fprop_new failed")
     stream = torch.cuda.current_stream().cuda_stream
@@ -79,8 +79,8 @@ def main():
         return 3
     lib = ctypes.CDLL(args[0])
     lib.moenum_fprop_new.restype = ctypes.c_void_p
-    lib.moenum_fprop_new.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64,
-                                     ctypes.c_void_p]
+    lib.moenum_fprop_new.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64,
+                                     ctypes.c_int64, ctypes.c_void_p]
     lib.moenum_fprop_run.argtypes = [ctypes.c_void_p] * 6
     lib.moenum_fprop_free.argtypes = [ctypes.c_void_p]
     profile = "--ncu" in sys.argv

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <iterator>
 #include <tuple>
 #include <vector>
 
@@ -63,23 +64,26 @@ std::vector<uint16_t> bf16_values(size_t n, uint32_t seed) {
 // 128x256 tile (skewed counts).
 struct FpropCase {
   static constexpr int kGroups = 8;
-  static constexpr int64_t kRows = 4096, kN = 1024;
+  static constexpr int64_t kRows = 8192, kN = 1024;
+  int groups;
   int64_t k;
   DeviceBuffer<uint16_t> a, b, d;
-  DeviceBuffer<int64_t> counts{kGroups}, offsets{kGroups + 1};
+  DeviceBuffer<int64_t> counts, offsets;
   gpu::GroupedGemmDesc g;
 
-  explicit FpropCase(int64_t k_) : k(k_) {
-    a.upload(bf16_values(kRows * k, 1));
-    b.upload(bf16_values(kGroups * kN * k, 2));
-    d.reset(kRows * kN);
-    g.kind = gpu::GemmKind::Fprop, g.groups = kGroups, g.n = kN, g.k = k, g.a = a.get(), g.d_rows = d.get();
+  explicit FpropCase(int64_t k_, int groups_ = kGroups, int64_t rows = kRows) : groups(groups_), k(k_) {
+    a.upload(bf16_values(rows * k, 1));
+    b.upload(bf16_values(groups * kN * k, 2));
+    d.reset(rows * kN);
+    counts.reset(groups);
+    offsets.reset(groups + 1);
+    g.kind = gpu::GemmKind::Fprop, g.groups = groups, g.n = kN, g.k = k, g.a = a.get(), g.d_rows = d.get();
     g.counts = counts.get(), g.offsets = offsets.get();
-    for (int e = 0; e < kGroups; ++e) g.b_expert.push_back(b.get() + size_t(e) * kN * k);
+    for (int e = 0; e < groups; ++e) g.b_expert.push_back(b.get() + size_t(e) * kN * k);
   }
   void set_counts(const std::vector<int64_t>& c, cudaStream_t s) {
     counts.upload(c, s);
-    gpu::launch_counts_to_offsets(counts.get(), offsets.get(), kGroups, s);
+    gpu::launch_counts_to_offsets(counts.get(), offsets.get(), groups, s);
   }
   void poison(cudaStream_t s) { ASSERT_EQ(cudaSuccess, cudaMemsetAsync(d.get(), 0xFF, d.size() * 2, s)); }
   std::vector<uint16_t> run(gpu::GemmEngine& eng, cudaStream_t s) {
@@ -89,7 +93,7 @@ struct FpropCase {
   }
 };
 
-// 512 rows per group; 256 (two M tiles: small groups, half the rows unused); zipf s=1.2
+// 1024 rows per group; 256 (two M tiles: small groups, three quarters of the rows unused); zipf s=1.2
 const std::vector<int64_t> kEven(FpropCase::kGroups, FpropCase::kRows / FpropCase::kGroups);
 const std::vector<int64_t> kSmallGroups(FpropCase::kGroups, 256);
 const std::vector<int64_t> kSkewed = bench_counts(FpropCase::kGroups, FpropCase::kRows, true);
@@ -104,23 +108,25 @@ TEST(GpuGroupedChoice, CountsClassSplitsTheBenchRoutings) {
 #ifndef MOENUM_HAVE_CUTLASS
   GTEST_SKIP() << "built without CUTLASS: gpu.grouped not available";
 #else
-  // The bench's group counts and rows: uniform Qwen3.5-35B (256 experts) and gpt-oss-120b (128
-  // experts, 32k rows) have 256 rows per group, the others more.
-  const std::tuple<int, int64_t, Class> shapes[] = {{8, 16384, Class::kEven},          {32, 32768, Class::kEven},
-                                                     {128, 65536, Class::kEven},        {128, 32768, Class::kSmallGroups},
+  // The bench's group counts and rows: uniform Qwen3-30B (128 experts, 64k rows), Qwen3.5-35B (256
+  // experts) and gpt-oss-120b (128 experts, 32k rows) have 256 or 512 rows per group, the others more.
+  const std::tuple<int, int64_t, Class> shapes[] = {{8, 16384, Class::kEven},
+                                                     {32, 32768, Class::kEven},
+                                                     {128, 65536, Class::kSmallGroups},
+                                                     {128, 32768, Class::kSmallGroups},
                                                      {256, 65536, Class::kSmallGroups}};
   for (auto [groups, rows, uniform] : shapes) {
     EXPECT_EQ(device_class(bench_counts(groups, rows, false)), uniform) << groups << " groups, uniform";
     EXPECT_EQ(device_class(bench_counts(groups, rows, true)), Class::kSkewed) << groups << " groups, zipf 1.2";
   }
-  // The thresholds: the largest group more than twice the mean; at most 256 rows per group on average.
-  EXPECT_EQ(device_class({1024, 512, 512, 0}), Class::kEven);  // max 1024 = 2 x mean 512
-  EXPECT_EQ(device_class({1040, 496, 512, 0}), Class::kSkewed);
-  EXPECT_EQ(device_class({512, 256, 256, 0}), Class::kSmallGroups);  // mean 256
-  EXPECT_EQ(device_class({512, 272, 256, 0}), Class::kEven);         // mean 260
+  // The thresholds: the largest group more than twice the mean; at most 512 rows per group on average.
+  EXPECT_EQ(device_class({2048, 1024, 1024, 0}), Class::kEven);  // max 2048 = 2 x mean 1024
+  EXPECT_EQ(device_class({2064, 1008, 1024, 0}), Class::kSkewed);
+  EXPECT_EQ(device_class({1024, 512, 512, 0}), Class::kSmallGroups);  // mean 512
+  EXPECT_EQ(device_class({1024, 528, 512, 0}), Class::kEven);         // mean 516
   EXPECT_EQ(device_class({0, 0, 0, 0}), Class::kSmallGroups);
   EXPECT_EQ(device_class(std::vector<int64_t>(1000, 16)), Class::kSmallGroups);  // more groups than threads
-  EXPECT_EQ(device_class(std::vector<int64_t>(1000, 400)), Class::kEven);
+  EXPECT_EQ(device_class(std::vector<int64_t>(1000, 600)), Class::kEven);
 #endif
 }
 
@@ -183,6 +189,43 @@ TEST(GpuGroupedChoice, EveryTileMatchesBaseBitwise) {
     ++tiles;
   }
   EXPECT_GE(tiles, 6) << "every configuration of Tile after T128x128";
+  cudaStreamDestroy(s);
+#endif
+}
+
+// Tiles dealt out in runs per cluster (run_scheduler.cuh), forced: bitwise CUTLASS's order. Enough
+// groups that the grid's blocks of `run` waves fill (one cluster per two SMs, 8 weight tiles per
+// group), so the remapped blocks and the partial last block (CUTLASS's order) both run; counts
+// uniform, skewed, and with empty groups.
+TEST(GpuGroupedChoice, RunsMatchCutlassOrderBitwise) {
+  MOENUM_REQUIRE_GPU();
+#ifndef MOENUM_HAVE_CUTLASS
+  GTEST_SKIP() << "built without CUTLASS: gpu.grouped not available";
+#else
+  if (gpu::device_sm() != 90) GTEST_SKIP() << "CUTLASS sm_90a kernels need an sm_90 device";
+  cudaStream_t s;
+  ASSERT_EQ(cudaSuccess, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  constexpr int kManyGroups = 128;
+  constexpr int64_t kManyRows = kManyGroups * 256;
+  FpropCase c(320, kManyGroups, kManyRows);
+  std::vector<int64_t> gaps(kManyGroups, 0);
+  for (int e = 0; e < kManyGroups; e += 2) gaps[e] = 512;
+  const std::vector<int64_t> sets[] = {std::vector<int64_t>(kManyGroups, 256), bench_counts(kManyGroups, kManyRows, true),
+                                       gaps};
+  for (sm90::Tile t : {sm90::Tile::T128x128PingpongT, sm90::Tile::T128x128Pingpong}) {
+    gpu::CutlassSm90Options base_opts{t, 1};
+    base_opts.run = 1;
+    auto base = gpu::make_cutlass_sm90_engine(base_opts);
+    for (int run : {2, 4, 8}) {
+      gpu::CutlassSm90Options o{t, 1};
+      o.run = run;
+      auto engine = gpu::make_cutlass_sm90_engine(o);
+      for (size_t i = 0; i < std::size(sets); ++i) {
+        c.set_counts(sets[i], s);
+        EXPECT_EQ(c.run(*base, s), c.run(*engine, s)) << sm90::tile_name(t) << ", runs of " << run << ", counts set " << i;
+      }
+    }
+  }
   cudaStreamDestroy(s);
 #endif
 }

@@ -12,6 +12,7 @@ class CutlassSm90Engine final : public GemmEngine {
   explicit CutlassSm90Engine(const CutlassSm90Options& o) {
     opts_.tile = o.tile;
     opts_.chunks = o.chunks;
+    opts_.run = o.run;
   }
   std::string path() const override { return "cutlass_sm90_grouped_device_sizes"; }
   void begin(const int64_t*, int, cudaStream_t) override {}

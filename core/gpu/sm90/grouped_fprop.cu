@@ -19,9 +19,6 @@ const char* tile_name(Tile t) {
     case Tile::T128x128Pingpong: return "128x128 pingpong 1x2";
     case Tile::T128x128PingpongM2: return "128x128 pingpong 2x1";
     case Tile::T128x128PingpongT: return "128x128 pingpong 1x2 transposed";
-    case Tile::T128x128PingpongR4: return "128x128 pingpong 1x2, runs of 4";
-    case Tile::T128x128PingpongTR4: return "128x128 pingpong 1x2 transposed, runs of 4";
-    case Tile::T128x128PingpongTR2: return "128x128 pingpong 1x2 transposed, runs of 2";
   }
   return "?";
 }
@@ -40,11 +37,13 @@ const char* counts_class_name(CountsClass c) {
 // counts; bench/RESULTS.md):
 //   N < 1024 or not a multiple of 64: 128x128 cooperative (too few wide tiles to fill the machine);
 //   K < 4096: 128x128 pingpong 1x2 (one warp group's epilogue under the other's mainloop, A shared
-//              by multicast: 1.01-1.39x), except for small groups (balanced, at most two M tiles of
+//              by multicast: 1.01-1.39x), except for small groups (balanced, at most four M tiles of
 //              128 rows per group on average): there a group's B (N x K) outweighs its A, and the
 //              same kernel on the transposed problem (D^T = B_e . A^T) shares B instead (Qwen3.5-35B
 //              FC1 uniform 1.03-1.05x against 0.93-1.02x for the 2x1 cluster that shares B by
-//              rounding each group's M tiles up to an even count, which costs skewed counts 5-30%);
+//              rounding each group's M tiles up to an even count, which costs skewed counts 5-30%;
+//              Qwen3-30B uniform, 512 rows per group, with runs (fprop_run): FC1 1.15x, FC2 1.27x
+//              against 1.13x and 1.20x untransposed);
 //   K >= 4096: 128x128 pingpong, or for skewed counts the 128x256 tile (DeepSeek-V3 FC1 zipf: 1.01x
 //              torch against pingpong's 0.88-0.94x; Mixtral FC1/FC2 zipf 1.03-1.09x).
 // Both pairs have the same cluster (1x2) and threads, so one kernel launch runs either (ChoicePlan).
@@ -59,12 +58,32 @@ FpropTiles fprop_tiles(const GroupedGemmDesc& g) {
   return {Tile::T128x128Pingpong, Tile::T128x128Pingpong, Tile::T128x256};
 }
 
+// Tiles per cluster run (run_scheduler.cuh), for the transposed pingpong only: there each cluster
+// column holds 2 x 128 rows of one group, which all of that group's weight tiles (N / 128 of them,
+// consecutive in CUTLASS's order) read, so a wave of C clusters in runs of r keeps C * r / (N / 128)
+// such row blocks of 256 x K in flight. The longest run in {1, 2, 4, 8} whose row blocks take at
+// most a quarter of L2. H200 bench (bench/RESULTS.md): runs of 4 on Qwen3.5-35B FC2 uniform 1.24x
+// torch against 1.13x for runs of 1, and 2 on Qwen3-30B FC1 (11 MiB of rows in flight: 1.15x against
+// 1.13x) while runs of 2 on Qwen3.5-35B FC1 (16.5 MiB) lose 2% and of 4 on gpt-oss FC2 (16 MiB) 4%.
+// Other configurations: runs of 1 (no gain where the groups are large).
+int fprop_run(const GroupedGemmDesc& g, Tile t, int sm_count) {
+  if (t != Tile::T128x128PingpongT) return 1;
+  int dev = 0, l2 = 0;
+  MOENUM_CUDA_CHECK(cudaGetDevice(&dev));
+  MOENUM_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+  const int64_t clusters = sm_count / 2, weight_tiles = (g.n + 127) / 128;
+  const int64_t block_bytes = 256 * g.k * 2;
+  int run = 1;
+  while (run < 8 && clusters * (2 * run) * block_bytes <= weight_tiles * (l2 / 4)) run *= 2;
+  return run;
+}
+
 // Skewed: the largest group holds more than twice the mean rows (max * groups > 2 * total, exact in
 // integers). Uniform counts sit at 1; the bench's zipf s=1.2 counts at about 3.4 over 8 experts and
-// 10 over 32 (more with more experts). Small groups: not skewed, and at most two M tiles' rows per
-// group on average (total <= 2 * 128 * groups).
+// 10 over 32 (more with more experts). Small groups: not skewed, and at most four M tiles' rows per
+// group on average (total <= 4 * 128 * groups).
 static constexpr int64_t kSkewedMaxOverMean = 2;
-static constexpr int64_t kSmallGroupRows = 2 * 128;
+static constexpr int64_t kSmallGroupRows = 4 * 128;
 
 __host__ __device__ constexpr CountsClass classify_counts(int64_t max_count, int64_t total, int groups) {
   if (max_count * groups > kSkewedMaxOverMean * total) return CountsClass::kSkewed;
@@ -119,15 +138,13 @@ using LB = cutlass::layout::ColumnMajor;
 using D = cutlass::bfloat16_t;
 
 using PingpongKernel = GroupedKernel<LA, LB, D, 128, 2, 1, Pingpong>;
-using DRows = cutlass::layout::RowMajor;           // D
-using DTransposed = cutlass::layout::ColumnMajor;  // D^T
-
-using PingpongTransposedKernel = GroupedKernel<LA, LB, D, 128, 2, 1, Pingpong, DTransposed>;
+using PingpongTransposedKernel = GroupedKernel<LA, LB, D, 128, 2, 1, Pingpong, cutlass::layout::ColumnMajor>;
 using WideKernel = GroupedKernel<LA, LB, D, 256, 2>;
 
-std::unique_ptr<GroupedGemmPlan> make_tile_plan(const GroupedGemmDesc& g, Tile tile, int chunks, int64_t chunk_rows) {
+std::unique_ptr<GroupedGemmPlan> make_tile_plan(const GroupedGemmDesc& g, Tile tile, int chunks, int64_t chunk_rows,
+                                                int run) {
   auto plan = [&](auto kernel) -> std::unique_ptr<GroupedGemmPlan> {
-    return std::make_unique<Plan<decltype(kernel)>>(g, chunks, chunk_rows);
+    return std::make_unique<Plan<decltype(kernel)>>(g, chunks, chunk_rows, run);
   };
   switch (tile) {
     case Tile::T128x256: return plan(WideKernel{});
@@ -136,9 +153,6 @@ std::unique_ptr<GroupedGemmPlan> make_tile_plan(const GroupedGemmDesc& g, Tile t
     case Tile::T128x128Pingpong: return plan(PingpongKernel{});
     case Tile::T128x128PingpongM2: return plan(GroupedKernel<LA, LB, D, 128, 1, 2, Pingpong>{});
     case Tile::T128x128PingpongT: return plan(PingpongTransposedKernel{});
-    case Tile::T128x128PingpongR4: return plan(GroupedKernel<LA, LB, D, 128, 2, 1, Pingpong, DRows, 4>{});
-    case Tile::T128x128PingpongTR4: return plan(GroupedKernel<LA, LB, D, 128, 2, 1, Pingpong, DTransposed, 4>{});
-    case Tile::T128x128PingpongTR2: return plan(GroupedKernel<LA, LB, D, 128, 2, 1, Pingpong, DTransposed, 2>{});
     case Tile::Auto:
     case Tile::T128x128: break;
   }
@@ -187,8 +201,9 @@ class ChoicePlan final : public GroupedGemmPlan {
   static constexpr int kSmemBytes = std::max<int>(KA::SharedStorageSize, KB::SharedStorageSize);
 
  public:
-  ChoicePlan(const GroupedGemmDesc& g, int chunks, int64_t chunk_rows, unsigned second_for)
-      : first_(g, chunks, chunk_rows), second_(g, chunks, chunk_rows), second_for_(second_for), choice_(1) {
+  ChoicePlan(const GroupedGemmDesc& g, int chunks, int64_t chunk_rows, int first_run, int second_run, unsigned second_for)
+      : first_(g, chunks, chunk_rows, first_run), second_(g, chunks, chunk_rows, second_run), second_for_(second_for),
+        choice_(1) {
     grid_ = KA::get_grid_shape(first_.params());
     const dim3 other = KB::get_grid_shape(second_.params());
     if (grid_.x != other.x || grid_.y != other.y || grid_.z != other.z)
@@ -239,14 +254,21 @@ SecondTile second_tile(const FpropTiles& tiles) {
 
 std::unique_ptr<GroupedGemmPlan> make_fprop_plan(const GroupedGemmDesc& g, const PlanOptions& o) {
   const int chunks = o.chunks < 0 ? default_chunks(g) : o.chunks;
-  if (o.tile != Tile::Auto) return make_tile_plan(g, o.tile, chunks, o.chunk_rows);
+  int dev = 0, sms = 0;
+  MOENUM_CUDA_CHECK(cudaGetDevice(&dev));
+  MOENUM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  auto run = [&](Tile t) { return o.run > 0 ? o.run : fprop_run(g, t, sms); };
+  if (o.tile != Tile::Auto) return make_tile_plan(g, o.tile, chunks, o.chunk_rows, run(o.tile));
   const FpropTiles tiles = fprop_tiles(g);
-  if (!tiles.chosen_on_device()) return make_tile_plan(g, tiles.even, chunks, o.chunk_rows);
+  if (!tiles.chosen_on_device()) return make_tile_plan(g, tiles.even, chunks, o.chunk_rows, run(tiles.even));
   const SecondTile second = second_tile(tiles);
+  const int runs[2] = {run(tiles.even), run(second.tile)};
   if (tiles.even == Tile::T128x128Pingpong && second.tile == Tile::T128x128PingpongT)
-    return std::make_unique<ChoicePlan<PingpongKernel, PingpongTransposedKernel>>(g, chunks, o.chunk_rows, second.classes);
+    return std::make_unique<ChoicePlan<PingpongKernel, PingpongTransposedKernel>>(g, chunks, o.chunk_rows, runs[0], runs[1],
+                                                                                  second.classes);
   if (tiles.even == Tile::T128x128Pingpong && second.tile == Tile::T128x256)
-    return std::make_unique<ChoicePlan<PingpongKernel, WideKernel>>(g, chunks, o.chunk_rows, second.classes);
+    return std::make_unique<ChoicePlan<PingpongKernel, WideKernel>>(g, chunks, o.chunk_rows, runs[0], runs[1],
+                                                                    second.classes);
   throw InternalError(std::string("no ChoicePlan for ") + tile_name(tiles.even) + " / " + tile_name(second.tile));
 }
 }  // namespace moenum::gpu::sm90

@@ -49,9 +49,8 @@ struct Pingpong {
   using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
 };
 
-// Run: tiles per cluster run (run_scheduler.cuh); 1 is CUTLASS's own order.
 template <class LayoutA, class LayoutB, class ElementD_, int TileN = 128, int ClusterN = 1, int ClusterM = 1,
-          class Schedule = Cooperative, class LayoutD = cutlass::layout::RowMajor, int Run = 1>
+          class Schedule = Cooperative, class LayoutD = cutlass::layout::RowMajor>
 struct GroupedKernel {
   using ElementA = cutlass::bfloat16_t;
   using ElementB = cutlass::bfloat16_t;
@@ -84,7 +83,9 @@ struct GroupedKernel {
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       KernelSchedule>::CollectiveOp;
 
-  using Problem = std::conditional_t<Run == 1, ProblemShape, RunProblemShape<Run>>;
+  // Pingpong kernels take their tiles in runs per cluster (run_scheduler.cuh; run 1 is CUTLASS's order).
+  static constexpr bool kRuns = std::is_same_v<Schedule, Pingpong>;
+  using Problem = std::conditional_t<kRuns, RunProblemShape, ProblemShape>;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<Problem, Mainloop, Epilogue>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
   using StrideA = typename Gemm::GemmKernel::InternalStrideA;
@@ -161,7 +162,8 @@ class Plan final : public GroupedGemmPlan {
   using ElementD = typename K::ElementD;
 
  public:
-  Plan(const GroupedGemmDesc& g, int chunks, int64_t chunk_rows)
+  // run: tiles per cluster run, for a K with kRuns (see run_scheduler.cuh); ignored otherwise.
+  Plan(const GroupedGemmDesc& g, int chunks, int64_t chunk_rows, int run = 1)
       : groups_(g.groups), chunks_(g.kind == GemmKind::Wgrad ? 1 : std::max(chunks, 1)), chunk_rows_(chunk_rows) {
     const bool rows_major = g.kind != GemmKind::Wgrad;
     if (K::kTransposed && g.kind != GemmKind::Fprop) throw InternalError("a transposed plan is for Fprop only");
@@ -201,6 +203,7 @@ class Plan final : public GroupedGemmPlan {
     problem.num_groups = total;
     problem.problem_shapes = shapes_.get();
     problem.host_problem_shapes = nullptr;  // no host sizes: the kernel reads them on the device
+    if constexpr (K::kRuns) problem.run = run;
     typename K::Gemm::Arguments args{
         cutlass::gemm::GemmUniversalMode::kGrouped,
         problem,

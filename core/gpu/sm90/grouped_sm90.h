@@ -32,7 +32,8 @@
 //     changes no value), whether the problem is transposed (T128x128PingpongT computes D^T = B_e .
 //     A^T: the same exact products a * b in the same k order) and whatever the schedule (pingpong
 //     gives a whole tile to one consumer warp group instead of half of it to each of two; both run
-//     the same CUTLASS mainloop, the same k loop and instructions). A K that is not a multiple of
+//     the same CUTLASS mainloop, the same k loop and instructions) and whatever cluster takes which
+//     tile in which order (the pingpong's runs, run_scheduler.cuh). A K that is not a multiple of
 //     64 is zero-filled by TMA: zero products, which leave the chain's bits unchanged (moenum/tc.h).
 //   chunks (Fprop/Dgrad): sub-groups split M only, never K.
 //   Wgrad: K is the group's rows in plan order, one group per expert (chunks = 1), never split.
@@ -69,9 +70,6 @@ enum class Tile {
   T128x128Pingpong,   // 128x128x64 pingpong, 1x2 cluster: short K loops
   T128x128PingpongM2, // 128x128x64 pingpong, 2x1 cluster (B multicast): for the bench
   T128x128PingpongT,  // 128x128x64 pingpong, 1x2 cluster, on D^T = B_e . A^T (B multicast): small groups
-  T128x128PingpongR4,   // T128x128Pingpong with the tiles in runs of 4 per cluster (run_scheduler.cuh)
-  T128x128PingpongTR4,  // T128x128PingpongT, likewise
-  T128x128PingpongTR2,  // T128x128PingpongT with runs of 2
 };
 const char* tile_name(Tile t);
 
@@ -79,6 +77,7 @@ struct PlanOptions {
   Tile tile = Tile::Auto;  // honoured for Fprop only (Dgrad and Wgrad: always T128x128)
   int chunks = -1;         // max sub-groups per group (1 = no split); -1 = choose from the groups
   int chunk_rows = 2048;   // minimum rows of a sub-group
+  int run = -1;            // Fprop pingpong tiles per cluster run (run_scheduler.cuh); -1 = fprop_run's rule
 };
 
 std::unique_ptr<GroupedGemmPlan> make_fprop_plan(const GroupedGemmDesc& g, const PlanOptions& o);  // A row, B col, D bf16
@@ -86,7 +85,7 @@ std::unique_ptr<GroupedGemmPlan> make_dgrad_plan(const GroupedGemmDesc& g, const
 std::unique_ptr<GroupedGemmPlan> make_wgrad_plan(const GroupedGemmDesc& g, const PlanOptions& o);  // A col, B row, D fp32
 
 // The classes of counts the automatic Fprop choice tells apart (thresholds in grouped_fprop.cu):
-// skewed (the largest group well above the mean), small groups (balanced, at most two M tiles per
+// skewed (the largest group well above the mean), small groups (balanced, at most four M tiles per
 // group on average), and the other balanced counts.
 enum class CountsClass : int { kEven = 0, kSmallGroups = 1, kSkewed = 2 };
 const char* counts_class_name(CountsClass c);
@@ -105,6 +104,8 @@ struct FpropTiles {
 
 // The choices (see above); exposed so the bench can report them.
 FpropTiles fprop_tiles(const GroupedGemmDesc& g);
+// Tiles per cluster run of a pingpong Fprop configuration (1 for every other one).
+int fprop_run(const GroupedGemmDesc& g, Tile t, int sm_count);
 int default_chunks(const GroupedGemmDesc& g);
 
 // Sets *counts_class (device) to the CountsClass of the device counts[0, groups): one small kernel
