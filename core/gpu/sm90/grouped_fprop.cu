@@ -42,8 +42,8 @@ const char* counts_class_name(CountsClass c) {
 //              same kernel on the transposed problem (D^T = B_e . A^T) shares B instead (Qwen3.5-35B
 //              FC1 uniform 1.03-1.05x against 0.93-1.02x for the 2x1 cluster that shares B by
 //              rounding each group's M tiles up to an even count, which costs skewed counts 5-30%;
-//              Qwen3-30B uniform, 512 rows per group, with runs (fprop_run): FC1 1.15x, FC2 1.27x
-//              against 1.13x and 1.20x untransposed);
+//              Qwen3-30B uniform, 512 rows per group, transposed with runs (fprop_run): FC1
+//              1.07-1.19x, FC2 1.19-1.20x against 1.06-1.16x and 1.09-1.10x untransposed);
 //   K >= 4096: 128x128 pingpong, or for skewed counts the 128x256 tile (DeepSeek-V3 FC1 zipf: 1.01x
 //              torch against pingpong's 0.88-0.94x; Mixtral FC1/FC2 zipf 1.03-1.09x).
 // Both pairs have the same cluster (1x2) and threads, so one kernel launch runs either (ChoicePlan).
@@ -61,11 +61,13 @@ FpropTiles fprop_tiles(const GroupedGemmDesc& g) {
 // Tiles per cluster run (run_scheduler.cuh), for the transposed pingpong only: there each cluster
 // column holds 2 x 128 rows of one group, which all of that group's weight tiles (N / 128 of them,
 // consecutive in CUTLASS's order) read, so a wave of C clusters in runs of r keeps C * r / (N / 128)
-// such row blocks of 256 x K in flight. The longest run in {1, 2, 4, 8} whose row blocks take at
-// most a quarter of L2. H200 bench (bench/RESULTS.md): runs of 4 on Qwen3.5-35B FC2 uniform 1.24x
-// torch against 1.13x for runs of 1, and 2 on Qwen3-30B FC1 (11 MiB of rows in flight: 1.15x against
-// 1.13x) while runs of 2 on Qwen3.5-35B FC1 (16.5 MiB) lose 2% and of 4 on gpt-oss FC2 (16 MiB) 4%.
-// Other configurations: runs of 1 (no gain where the groups are large).
+// such row blocks of 256 x K in flight. The rule: the longest run in {1, 2, 4, 8} whose row blocks
+// take at most a quarter of L2 (12.5 MiB on the H200). H200 bench, two runs, forced runs of 1 / the
+// rule's (bench/RESULTS.md): Qwen3.5-35B FC2 uniform (8) 1.07-1.13x / 1.20-1.26x torch, Qwen3-30B FC2
+// (8) 1.09-1.11x / 1.19-1.20x, gpt-oss FC1 (4) 1.05-1.07x / 1.10-1.12x, gpt-oss FC2 (2) 1.05-1.14x /
+// 1.07-1.16x, Qwen3-30B FC1 (2) 1.05-1.17x / 1.07-1.19x; one step longer, over the quarter, loses
+// 1-11% (Qwen3.5-35B FC1: runs of 2, 16.5 MiB, 0.98-1.10x against 1.03-1.15x for runs of 1).
+// Other configurations: runs of 1 (no gain where the groups are large, losses on skewed counts).
 int fprop_run(const GroupedGemmDesc& g, Tile t, int sm_count) {
   if (t != Tile::T128x128PingpongT) return 1;
   int dev = 0, l2 = 0;
