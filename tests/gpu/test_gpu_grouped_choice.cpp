@@ -101,13 +101,22 @@ const std::vector<int64_t>* const kCountSets[] = {&kEven, &kSmallGroups, &kSkewe
 const char* set_name(const std::vector<int64_t>* c) {
   return c == &kEven ? "even counts" : c == &kSmallGroups ? "small groups" : "skewed counts";
 }
-#endif
 
-TEST(GpuGroupedChoice, CountsClassSplitsTheBenchRoutings) {
-  MOENUM_REQUIRE_GPU();
-#ifndef MOENUM_HAVE_CUTLASS
-  GTEST_SKIP() << "built without CUTLASS: gpu.grouped not available";
-#else
+// Every test here needs the CUTLASS sm_90a kernels on an sm_90 device, and gets a stream.
+class GpuGroupedChoice : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    MOENUM_REQUIRE_GPU();
+    if (gpu::device_sm() != 90) GTEST_SKIP() << "CUTLASS sm_90a kernels need an sm_90 device";
+    ASSERT_EQ(cudaSuccess, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  }
+  void TearDown() override {
+    if (s) cudaStreamDestroy(s);
+  }
+  cudaStream_t s = nullptr;
+};
+
+TEST_F(GpuGroupedChoice, CountsClassSplitsTheBenchRoutings) {
   // The bench's group counts and rows: uniform Qwen3-30B (128 experts, 64k rows), Qwen3.5-35B (256
   // experts) and gpt-oss-120b (128 experts, 32k rows) have 256 or 512 rows per group, the others more.
   const std::tuple<int, int64_t, Class> shapes[] = {{8, 16384, Class::kEven},
@@ -127,20 +136,12 @@ TEST(GpuGroupedChoice, CountsClassSplitsTheBenchRoutings) {
   EXPECT_EQ(device_class({0, 0, 0, 0}), Class::kSmallGroups);
   EXPECT_EQ(device_class(std::vector<int64_t>(1000, 16)), Class::kSmallGroups);  // more groups than threads
   EXPECT_EQ(device_class(std::vector<int64_t>(1000, 600)), Class::kEven);
-#endif
 }
 
-TEST(GpuGroupedChoice, AutomaticEngineMatchesBaseBitwise) {
-  MOENUM_REQUIRE_GPU();
-#ifndef MOENUM_HAVE_CUTLASS
-  GTEST_SKIP() << "built without CUTLASS: gpu.grouped not available";
-#else
-  if (gpu::device_sm() != 90) GTEST_SKIP() << "CUTLASS sm_90a kernels need an sm_90 device";
+TEST_F(GpuGroupedChoice, AutomaticEngineMatchesBaseBitwise) {
   EXPECT_EQ(device_class(kEven), Class::kEven);
   EXPECT_EQ(device_class(kSmallGroups), Class::kSmallGroups);
   EXPECT_EQ(device_class(kSkewed), Class::kSkewed);
-  cudaStream_t s;
-  ASSERT_EQ(cudaSuccess, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   for (auto [k, small_groups, skewed] : {std::tuple{int64_t{2048}, sm90::Tile::T128x128PingpongT, sm90::Tile::T128x128Pingpong},
                                          std::tuple{int64_t{4096}, sm90::Tile::T128x128Pingpong, sm90::Tile::T128x256}}) {
     FpropCase c(k);
@@ -162,20 +163,11 @@ TEST(GpuGroupedChoice, AutomaticEngineMatchesBaseBitwise) {
     }
   }
   ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(s));
-  cudaStreamDestroy(s);
-#endif
 }
 
 // Every configuration of sm90::Tile, forced, on counts of every class and a K with a partial last
 // k-tile (zero-filled by TMA): bitwise the 128x128 tile's output.
-TEST(GpuGroupedChoice, EveryTileMatchesBaseBitwise) {
-  MOENUM_REQUIRE_GPU();
-#ifndef MOENUM_HAVE_CUTLASS
-  GTEST_SKIP() << "built without CUTLASS: gpu.grouped not available";
-#else
-  if (gpu::device_sm() != 90) GTEST_SKIP() << "CUTLASS sm_90a kernels need an sm_90 device";
-  cudaStream_t s;
-  ASSERT_EQ(cudaSuccess, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+TEST_F(GpuGroupedChoice, EveryTileMatchesBaseBitwise) {
   FpropCase c(2000);
   auto base = gpu::make_cutlass_sm90_engine({sm90::Tile::T128x128, 1});
   int tiles = 0;
@@ -189,22 +181,13 @@ TEST(GpuGroupedChoice, EveryTileMatchesBaseBitwise) {
     ++tiles;
   }
   EXPECT_GE(tiles, 6) << "every configuration of Tile after T128x128";
-  cudaStreamDestroy(s);
-#endif
 }
 
 // Tiles dealt out in runs per cluster (run_scheduler.cuh), forced: bitwise CUTLASS's order. Enough
 // groups that the grid's blocks of `run` waves fill (one cluster per two SMs, 8 weight tiles per
 // group), so the remapped blocks and the partial last block (CUTLASS's order) both run; counts
 // uniform, skewed, and with empty groups.
-TEST(GpuGroupedChoice, RunsMatchCutlassOrderBitwise) {
-  MOENUM_REQUIRE_GPU();
-#ifndef MOENUM_HAVE_CUTLASS
-  GTEST_SKIP() << "built without CUTLASS: gpu.grouped not available";
-#else
-  if (gpu::device_sm() != 90) GTEST_SKIP() << "CUTLASS sm_90a kernels need an sm_90 device";
-  cudaStream_t s;
-  ASSERT_EQ(cudaSuccess, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+TEST_F(GpuGroupedChoice, RunsMatchCutlassOrderBitwise) {
   constexpr int kManyGroups = 128;
   constexpr int64_t kManyRows = kManyGroups * 256;
   FpropCase c(320, kManyGroups, kManyRows);
@@ -226,18 +209,9 @@ TEST(GpuGroupedChoice, RunsMatchCutlassOrderBitwise) {
       }
     }
   }
-  cudaStreamDestroy(s);
-#endif
 }
 
-TEST(GpuGroupedChoice, GraphReplayFollowsNewCounts) {
-  MOENUM_REQUIRE_GPU();
-#ifndef MOENUM_HAVE_CUTLASS
-  GTEST_SKIP() << "built without CUTLASS: gpu.grouped not available";
-#else
-  if (gpu::device_sm() != 90) GTEST_SKIP() << "CUTLASS sm_90a kernels need an sm_90 device";
-  cudaStream_t s;
-  ASSERT_EQ(cudaSuccess, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+TEST_F(GpuGroupedChoice, GraphReplayFollowsNewCounts) {
   for (int64_t k : {2048, 4096}) {
     FpropCase c(k);
     auto base = gpu::make_cutlass_sm90_engine({sm90::Tile::T128x128, 1});
@@ -265,9 +239,11 @@ TEST(GpuGroupedChoice, GraphReplayFollowsNewCounts) {
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
   }
-  cudaStreamDestroy(s);
-#endif
 }
+
+#else
+TEST(GpuGroupedChoice, NeedsCutlass) { GTEST_SKIP() << "built without CUTLASS: gpu.grouped not available"; }
+#endif
 
 }  // namespace
 }  // namespace moenum::gputest
