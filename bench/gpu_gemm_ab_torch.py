@@ -23,7 +23,9 @@ from gpu_peer_torch import SHAPES, make_counts  # noqa: E402
 ENGINES = [("gpu.grouped", 0, -1, -1), ("gpu.grouped.pingpong", 5, -1, 1), ("gpu.grouped.pingpong_whole", 5, 1, 1),
            ("gpu.grouped.pingpong_m2", 6, -1, 1), ("gpu.grouped.wide", 2, -1, 1), ("gpu.grouped.wide_m2_whole", 3, 1, 1),
            ("gpu.grouped.pingpong_t", 7, -1, 1), ("gpu.grouped.pingpong_t_r2", 7, -1, 2),
-           ("gpu.grouped.pingpong_t_r4", 7, -1, 4), ("gpu.grouped.pingpong_t_r8", 7, -1, 8)]
+           ("gpu.grouped.pingpong_t_r4", 7, -1, 4), ("gpu.grouped.pingpong_t_r8", 7, -1, 8),
+           ("gpu.grouped.pingpong192", 8, -1, 1), ("gpu.grouped.pingpong_t192", 9, -1, 1),
+           ("gpu.grouped.pingpong_t192_r2", 9, -1, 2), ("gpu.grouped.pingpong_t192_r4", 9, -1, 4)]
 
 
 def median_ms(calls, names, burst):

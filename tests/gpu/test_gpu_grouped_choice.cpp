@@ -9,6 +9,7 @@
 #include <string>
 #include <iterator>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "device_buffer.h"
@@ -60,26 +61,27 @@ std::vector<uint16_t> bf16_values(size_t n, uint32_t seed) {
 }
 
 // One Fprop GEMM in the range where the choice is made on the device (N >= 1024): with K < 4096
-// between pingpong and its transposed form (small groups), with K >= 4096 between pingpong and the
-// 128x256 tile (skewed counts).
+// between pingpong and its transposed form (small groups; 192 weight rows per tile when N is a
+// multiple of 192), with K >= 4096 between pingpong and the 128x256 tile (skewed counts).
 struct FpropCase {
   static constexpr int kGroups = 8;
   static constexpr int64_t kRows = 8192, kN = 1024;
   int groups;
-  int64_t k;
+  int64_t k, n;
   DeviceBuffer<uint16_t> a, b, d;
   DeviceBuffer<int64_t> counts, offsets;
   gpu::GroupedGemmDesc g;
 
-  explicit FpropCase(int64_t k_, int groups_ = kGroups, int64_t rows = kRows) : groups(groups_), k(k_) {
+  explicit FpropCase(int64_t k_, int groups_ = kGroups, int64_t rows = kRows, int64_t n_ = kN)
+      : groups(groups_), k(k_), n(n_) {
     a.upload(bf16_values(rows * k, 1));
-    b.upload(bf16_values(groups * kN * k, 2));
-    d.reset(rows * kN);
+    b.upload(bf16_values(groups * n * k, 2));
+    d.reset(rows * n);
     counts.reset(groups);
     offsets.reset(groups + 1);
-    g.kind = gpu::GemmKind::Fprop, g.groups = groups, g.n = kN, g.k = k, g.a = a.get(), g.d_rows = d.get();
+    g.kind = gpu::GemmKind::Fprop, g.groups = groups, g.n = n, g.k = k, g.a = a.get(), g.d_rows = d.get();
     g.counts = counts.get(), g.offsets = offsets.get();
-    for (int e = 0; e < groups; ++e) g.b_expert.push_back(b.get() + size_t(e) * kN * k);
+    for (int e = 0; e < groups; ++e) g.b_expert.push_back(b.get() + size_t(e) * n * k);
   }
   void set_counts(const std::vector<int64_t>& c, cudaStream_t s) {
     counts.upload(c, s);
@@ -142,18 +144,21 @@ TEST_F(GpuGroupedChoice, AutomaticEngineMatchesBaseBitwise) {
   EXPECT_EQ(device_class(kEven), Class::kEven);
   EXPECT_EQ(device_class(kSmallGroups), Class::kSmallGroups);
   EXPECT_EQ(device_class(kSkewed), Class::kSkewed);
-  for (auto [k, small_groups, skewed] : {std::tuple{int64_t{2048}, sm90::Tile::T128x128PingpongT, sm90::Tile::T128x128Pingpong},
-                                         std::tuple{int64_t{4096}, sm90::Tile::T128x128Pingpong, sm90::Tile::T128x256}}) {
-    FpropCase c(k);
+  using sm90::Tile;
+  for (auto [k, n, even, small_groups, skewed] :
+       {std::tuple{int64_t{2048}, FpropCase::kN, Tile::T128x128Pingpong, Tile::T128x128PingpongT, Tile::T128x128Pingpong},
+        std::tuple{int64_t{2048}, int64_t{1536}, Tile::T128x192Pingpong, Tile::T192x128PingpongT, Tile::T128x192Pingpong},
+        std::tuple{int64_t{4096}, FpropCase::kN, Tile::T128x128Pingpong, Tile::T128x128Pingpong, Tile::T128x256}}) {
+    FpropCase c(k, FpropCase::kGroups, FpropCase::kRows, n);
     const sm90::FpropTiles tiles = sm90::fprop_tiles(c.g);
     ASSERT_TRUE(tiles.chosen_on_device()) << "K " << k << " should be a case where the counts decide";
-    EXPECT_EQ(tiles.even, sm90::Tile::T128x128Pingpong) << "K " << k;
-    EXPECT_EQ(tiles.small_groups, small_groups) << "K " << k;
-    EXPECT_EQ(tiles.skewed, skewed) << "K " << k;
+    EXPECT_EQ(tiles.even, even) << "K " << k << ", N " << n;
+    EXPECT_EQ(tiles.small_groups, small_groups) << "K " << k << ", N " << n;
+    EXPECT_EQ(tiles.skewed, skewed) << "K " << k << ", N " << n;
     auto base = gpu::make_cutlass_sm90_engine({sm90::Tile::T128x128, 1});
     auto automatic = gpu::make_cutlass_sm90_engine();
     for (const auto* counts : kCountSets) {
-      const std::string what = std::string(set_name(counts)) + ", K " + std::to_string(k);
+      const std::string what = std::string(set_name(counts)) + ", K " + std::to_string(k) + ", N " + std::to_string(n);
       c.set_counts(*counts, s);
       const std::vector<uint16_t> want = c.run(*base, s);
       EXPECT_EQ(want, c.run(*automatic, s)) << what;
@@ -180,7 +185,7 @@ TEST_F(GpuGroupedChoice, EveryTileMatchesBaseBitwise) {
     }
     ++tiles;
   }
-  EXPECT_GE(tiles, 6) << "every configuration of Tile after T128x128";
+  EXPECT_GE(tiles, 8) << "every configuration of Tile after T128x128";
 }
 
 // Tiles dealt out in runs per cluster (run_scheduler.cuh), forced: bitwise CUTLASS's order. Enough
@@ -195,7 +200,7 @@ TEST_F(GpuGroupedChoice, RunsMatchCutlassOrderBitwise) {
   for (int e = 0; e < kManyGroups; e += 2) gaps[e] = 512;
   const std::vector<int64_t> sets[] = {std::vector<int64_t>(kManyGroups, 256), bench_counts(kManyGroups, kManyRows, true),
                                        gaps};
-  for (sm90::Tile t : {sm90::Tile::T128x128PingpongT, sm90::Tile::T128x128Pingpong}) {
+  for (sm90::Tile t : {sm90::Tile::T128x128PingpongT, sm90::Tile::T192x128PingpongT, sm90::Tile::T128x128Pingpong}) {
     gpu::CutlassSm90Options base_opts{t, 1};
     base_opts.run = 1;
     auto base = gpu::make_cutlass_sm90_engine(base_opts);
@@ -212,8 +217,8 @@ TEST_F(GpuGroupedChoice, RunsMatchCutlassOrderBitwise) {
 }
 
 TEST_F(GpuGroupedChoice, GraphReplayFollowsNewCounts) {
-  for (int64_t k : {2048, 4096}) {
-    FpropCase c(k);
+  for (auto [k, n] : {std::pair<int64_t, int64_t>{2048, FpropCase::kN}, {2048, 1536}, {4096, FpropCase::kN}}) {
+    FpropCase c(k, FpropCase::kGroups, FpropCase::kRows, n);
     auto base = gpu::make_cutlass_sm90_engine({sm90::Tile::T128x128, 1});
     std::vector<std::vector<uint16_t>> want;
     for (const auto* counts : kCountSets) {
@@ -234,7 +239,7 @@ TEST_F(GpuGroupedChoice, GraphReplayFollowsNewCounts) {
       c.set_counts(*kCountSets[set], s);  // same buffers, new values
       c.poison(s);
       ASSERT_EQ(cudaSuccess, cudaGraphLaunch(exec, s));
-      EXPECT_EQ(want[set], c.d.download(s)) << "replay, " << set_name(kCountSets[set]) << ", K " << k;
+      EXPECT_EQ(want[set], c.d.download(s)) << "replay, " << set_name(kCountSets[set]) << ", K " << k << ", N " << n;
     }
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);

@@ -19,6 +19,8 @@ const char* tile_name(Tile t) {
     case Tile::T128x128Pingpong: return "128x128 pingpong 1x2";
     case Tile::T128x128PingpongM2: return "128x128 pingpong 2x1";
     case Tile::T128x128PingpongT: return "128x128 pingpong 1x2 transposed";
+    case Tile::T128x192Pingpong: return "128x192 pingpong 1x2";
+    case Tile::T192x128PingpongT: return "192x128 pingpong 1x2 transposed";
   }
   return "?";
 }
@@ -44,32 +46,43 @@ const char* counts_class_name(CountsClass c) {
 //              rounding each group's M tiles up to an even count, which costs skewed counts 5-30%;
 //              Qwen3-30B uniform, 512 rows per group, transposed with runs (fprop_run): FC1
 //              1.07-1.19x, FC2 1.19-1.20x against 1.06-1.16x and 1.09-1.10x untransposed);
+//   K < 4096 and N a multiple of 192: the same pair with tiles 192 weight rows wide (128x192
+//              pingpong; 192x128 on the transposed problem), which read 17% less through L2 per
+//              product. Two runs against the 128-wide pair: skewed Qwen3-30B FC1 and gpt-oss FC1/FC2
+//              1.19-1.33x against 1.17-1.28x; small groups gpt-oss FC2 1.21-1.24x against 1.15-1.18x
+//              (one call), Qwen3-30B FC1 1.12x against 1.09-1.11x; gpt-oss FC1 even (1.06-1.14x);
 //   K >= 4096: 128x128 pingpong, or for skewed counts the 128x256 tile (DeepSeek-V3 FC1 zipf: 1.01x
 //              torch against pingpong's 0.88-0.94x; Mixtral FC1/FC2 zipf 1.03-1.09x).
-// Both pairs have the same cluster (1x2) and threads, so one kernel launch runs either (ChoicePlan).
-// 128x192 is not chosen: it led on no shape beyond the noise (gpt-oss FC1, N = 5760, whose padding
-// it was for); neither are 2x2 clusters (slower than 1x2 on every shape).
+// Each pair has one cluster shape (1x2) and thread count, so one kernel launch runs either
+// (ChoicePlan). Not chosen: 2x2 clusters (slower than 1x2 on every shape); the 2x1 clusters of the
+// pingpong tiles (no faster on even counts, 5-30% slower on skewed ones); 256x128 and 256x192
+// cooperative tiles (0.93-1.16x: behind pingpong on every 128/256-expert shape).
 static constexpr int64_t kLongK = 4096;
 
 FpropTiles fprop_tiles(const GroupedGemmDesc& g) {
   if (g.kind != GemmKind::Fprop || g.n < 1024 || g.n % 64 != 0)
     return {Tile::T128x128, Tile::T128x128, Tile::T128x128};
+  if (g.k < kLongK && g.n % 192 == 0)
+    return {Tile::T128x192Pingpong, Tile::T192x128PingpongT, Tile::T128x192Pingpong};
   if (g.k < kLongK) return {Tile::T128x128Pingpong, Tile::T128x128PingpongT, Tile::T128x128Pingpong};
   return {Tile::T128x128Pingpong, Tile::T128x128Pingpong, Tile::T128x256};
 }
 
-// Tiles per cluster run (run_scheduler.cuh), for the transposed pingpong only: there each cluster
-// column holds 2 x 128 rows of one group, which all of that group's weight tiles (N / 128 of them,
-// consecutive in CUTLASS's order) read, so a wave of C clusters in runs of r keeps C * r / (N / 128)
-// such row blocks of 256 x K in flight. The rule: the longest run in {1, 2, 4, 8} whose row blocks
+// Tiles per cluster run (run_scheduler.cuh), for the transposed pingpongs only: there each cluster
+// column holds 2 x 128 rows of one group, which all of that group's weight tiles (consecutive in
+// CUTLASS's order; counted as N / 128 for both tile widths) read, so a wave of C clusters in runs
+// of r keeps C * r / (N / 128) such row blocks of 256 x K in flight. The rule: the longest run in {1, 2, 4, 8} whose row blocks
 // take at most a quarter of L2 (12.5 MiB on the H200). H200 bench, two runs, forced runs of 1 / the
 // rule's (bench/RESULTS.md): Qwen3.5-35B FC2 uniform (8) 1.07-1.13x / 1.20-1.26x torch, Qwen3-30B FC2
 // (8) 1.09-1.11x / 1.19-1.20x, gpt-oss FC1 (4) 1.05-1.07x / 1.10-1.12x, gpt-oss FC2 (2) 1.05-1.14x /
 // 1.07-1.16x, Qwen3-30B FC1 (2) 1.05-1.17x / 1.07-1.19x; one step longer, over the quarter, loses
 // 1-11% (Qwen3.5-35B FC1: runs of 2, 16.5 MiB, 0.98-1.10x against 1.03-1.15x for runs of 1).
+// With the 192-row tile the same count of N / 128 (not N / 192, which halves every run here) measured
+// best: Qwen3-30B FC1 runs of 2 1.12x against 1.10x for 1, gpt-oss FC2 (2) 1.21-1.24x against
+// 1.20-1.22x, gpt-oss FC1 (4) 1.10-1.13x like runs of 2.
 // Other configurations: runs of 1 (no gain where the groups are large, losses on skewed counts).
 int fprop_run(const GroupedGemmDesc& g, Tile t, int sm_count) {
-  if (t != Tile::T128x128PingpongT) return 1;
+  if (t != Tile::T128x128PingpongT && t != Tile::T192x128PingpongT) return 1;
   int dev = 0, l2 = 0;
   MOENUM_CUDA_CHECK(cudaGetDevice(&dev));
   MOENUM_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
@@ -141,6 +154,9 @@ using D = cutlass::bfloat16_t;
 
 using PingpongKernel = GroupedKernel<LA, LB, D, 128, 2, 1, Pingpong>;
 using PingpongTransposedKernel = GroupedKernel<LA, LB, D, 128, 2, 1, Pingpong, cutlass::layout::ColumnMajor>;
+using Pingpong192Kernel = GroupedKernel<LA, LB, D, 192, 2, 1, Pingpong>;
+using PingpongTransposed192Kernel =
+    GroupedKernel<LA, LB, D, 128, 2, 1, Pingpong, cutlass::layout::ColumnMajor, 192>;
 using WideKernel = GroupedKernel<LA, LB, D, 256, 2>;
 
 std::unique_ptr<GroupedGemmPlan> make_tile_plan(const GroupedGemmDesc& g, Tile tile, int chunks, int64_t chunk_rows,
@@ -155,6 +171,8 @@ std::unique_ptr<GroupedGemmPlan> make_tile_plan(const GroupedGemmDesc& g, Tile t
     case Tile::T128x128Pingpong: return plan(PingpongKernel{});
     case Tile::T128x128PingpongM2: return plan(GroupedKernel<LA, LB, D, 128, 1, 2, Pingpong>{});
     case Tile::T128x128PingpongT: return plan(PingpongTransposedKernel{});
+    case Tile::T128x192Pingpong: return plan(Pingpong192Kernel{});
+    case Tile::T192x128PingpongT: return plan(PingpongTransposed192Kernel{});
     case Tile::Auto:
     case Tile::T128x128: break;
   }
@@ -268,6 +286,9 @@ std::unique_ptr<GroupedGemmPlan> make_fprop_plan(const GroupedGemmDesc& g, const
   if (tiles.even == Tile::T128x128Pingpong && second.tile == Tile::T128x128PingpongT)
     return std::make_unique<ChoicePlan<PingpongKernel, PingpongTransposedKernel>>(g, chunks, o.chunk_rows, runs[0], runs[1],
                                                                                   second.classes);
+  if (tiles.even == Tile::T128x192Pingpong && second.tile == Tile::T192x128PingpongT)
+    return std::make_unique<ChoicePlan<Pingpong192Kernel, PingpongTransposed192Kernel>>(g, chunks, o.chunk_rows, runs[0],
+                                                                                        runs[1], second.classes);
   if (tiles.even == Tile::T128x128Pingpong && second.tile == Tile::T128x256)
     return std::make_unique<ChoicePlan<PingpongKernel, WideKernel>>(g, chunks, o.chunk_rows, runs[0], runs[1],
                                                                     second.classes);

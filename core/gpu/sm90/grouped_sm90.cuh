@@ -50,7 +50,7 @@ struct Pingpong {
 };
 
 template <class LayoutA, class LayoutB, class ElementD_, int TileN = 128, int ClusterN = 1, int ClusterM = 1,
-          class Schedule = Cooperative, class LayoutD = cutlass::layout::RowMajor>
+          class Schedule = Cooperative, class LayoutD = cutlass::layout::RowMajor, int TileM = 128>
 struct GroupedKernel {
   using ElementA = cutlass::bfloat16_t;
   using ElementB = cutlass::bfloat16_t;
@@ -58,14 +58,15 @@ struct GroupedKernel {
   using Acc = float;
   static constexpr int kAlignAB = 8;  // 16 bytes of bf16: TMA needs 16-byte aligned strides
   static constexpr int kAlignD = 128 / cutlass::sizeof_bits<ElementD>::value;
-  static constexpr int kTileM = 128;
   // Column-major D: the kernel computes D^T = B_e . A^T of a row-major Fprop output (see Plan).
   static constexpr bool kTransposed = std::is_same_v<LayoutD, cutlass::layout::ColumnMajor>;
+  // The tile's extent along the layer's rows (sub-groups are multiples of it): N when transposed.
+  static constexpr int kRowTile = kTransposed ? TileN : TileM;
   // 128x128x64 cooperative, no cluster: the default for every layout, a middle ground between the
   // large DeepSeek/Mixtral groups and the many small Qwen groups. The Fprop variants (a cluster along
   // N shares the A tile through TMA multicast and never rounds a group's M tiles up; along M it
   // shares B) are chosen in grouped_fprop.cu (fprop_tiles).
-  using TileShape = cute::Shape<cute::_128, cute::Int<TileN>, cute::_64>;
+  using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::_64>;
   using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
   using KernelSchedule = typename Schedule::Kernel;
   using EpilogueSchedule = typename Schedule::Epilogue;
@@ -219,7 +220,7 @@ class Plan final : public GroupedGemmPlan {
 
   FillTarget<ElementD> fill_target(const GroupedGemmDesc& g) const {
     FillTarget<ElementD> f;
-    f.chunks = chunks_, f.min_rows = chunk_rows_, f.tile_m = K::kTileM;
+    f.chunks = chunks_, f.min_rows = chunk_rows_, f.tile_m = K::kRowTile;
     f.rows_major = g.kind != GemmKind::Wgrad, f.transposed = K::kTransposed;
     f.m = g.m, f.n = g.n, f.k = g.k;
     f.a = reinterpret_cast<const Bf16*>(g.a);
