@@ -48,9 +48,10 @@ const char* counts_class_name(CountsClass c) {
 //              1.07-1.19x, FC2 1.19-1.20x against 1.06-1.16x and 1.09-1.10x untransposed);
 //   K < 4096 and N a multiple of 192: the same pair with tiles 192 weight rows wide (128x192
 //              pingpong; 192x128 on the transposed problem), which read 17% less through L2 per
-//              product. Two runs against the 128-wide pair: skewed Qwen3-30B FC1 and gpt-oss FC1/FC2
-//              1.19-1.33x against 1.17-1.28x; small groups gpt-oss FC2 1.21-1.24x against 1.15-1.18x
-//              (one call), Qwen3-30B FC1 1.12x against 1.09-1.11x; gpt-oss FC1 even (1.06-1.14x);
+//              product. Two runs against the 128-wide pair, one call / five: skewed Qwen3-30B FC1 and
+//              gpt-oss FC1/FC2 1.20-1.35x against 1.17-1.28x; small groups Qwen3-30B FC1 1.18-1.20 /
+//              1.11-1.12x against 1.16-1.17 / 1.09x, gpt-oss FC2 1.24 / 1.14-1.16x against 1.17-1.18
+//              / 1.07-1.10x, gpt-oss FC1 1.16-1.17 / 1.10x against 1.13-1.14 / 1.10x;
 //   K >= 4096: 128x128 pingpong, or for skewed counts the 128x256 tile (DeepSeek-V3 FC1 zipf: 1.01x
 //              torch against pingpong's 0.88-0.94x; Mixtral FC1/FC2 zipf 1.03-1.09x).
 // Each pair has one cluster shape (1x2) and thread count, so one kernel launch runs either
@@ -78,8 +79,8 @@ FpropTiles fprop_tiles(const GroupedGemmDesc& g) {
 // 1.07-1.16x, Qwen3-30B FC1 (2) 1.05-1.17x / 1.07-1.19x; one step longer, over the quarter, loses
 // 1-11% (Qwen3.5-35B FC1: runs of 2, 16.5 MiB, 0.98-1.10x against 1.03-1.15x for runs of 1).
 // With the 192-row tile the same count of N / 128 (not N / 192, which halves every run here) measured
-// best: Qwen3-30B FC1 runs of 2 1.12x against 1.10x for 1, gpt-oss FC2 (2) 1.21-1.24x against
-// 1.20-1.22x, gpt-oss FC1 (4) 1.10-1.13x like runs of 2.
+// best in four runs: Qwen3-30B FC1 runs of 2 1-2% ahead of runs of 1, gpt-oss FC2 (2) 0-2% ahead,
+// gpt-oss FC1 (4) level with runs of 2.
 // Other configurations: runs of 1 (no gain where the groups are large, losses on skewed counts).
 int fprop_run(const GroupedGemmDesc& g, Tile t, int sm_count) {
   if (t != Tile::T128x128PingpongT && t != Tile::T192x128PingpongT) return 1;
