@@ -72,12 +72,13 @@ FpropTiles fprop_tiles(const GroupedGemmDesc& g) {
 // Tiles per cluster run (run_scheduler.cuh), for the transposed pingpongs only: there each cluster
 // column holds 2 x 128 rows of one group, which all of that group's weight tiles (consecutive in
 // CUTLASS's order; counted as N / 128 for both tile widths) read, so a wave of C clusters in runs
-// of r keeps C * r / (N / 128) such row blocks of 256 x K in flight. The rule: the longest run in {1, 2, 4, 8} whose row blocks
-// take at most a quarter of L2 (12.5 MiB on the H200). H200 bench, two runs, forced runs of 1 / the
-// rule's (bench/RESULTS.md): Qwen3.5-35B FC2 uniform (8) 1.07-1.13x / 1.20-1.26x torch, Qwen3-30B FC2
-// (8) 1.09-1.11x / 1.19-1.20x, gpt-oss FC1 (4) 1.05-1.07x / 1.10-1.12x, gpt-oss FC2 (2) 1.05-1.14x /
-// 1.07-1.16x, Qwen3-30B FC1 (2) 1.05-1.17x / 1.07-1.19x; one step longer, over the quarter, loses
-// 1-11% (Qwen3.5-35B FC1: runs of 2, 16.5 MiB, 0.98-1.10x against 1.03-1.15x for runs of 1).
+// of r keeps C * r / (N / 128) such row blocks of 256 x K in flight. The rule: the longest run in
+// {1, 2, 4, 8} whose row blocks take at most a quarter of L2 (12.5 MiB on the H200). H200 bench,
+// two runs, forced runs of 1 / the rule's (bench/RESULTS.md): Qwen3.5-35B FC2 uniform (8)
+// 1.07-1.13x / 1.20-1.26x torch, Qwen3-30B FC2 (8) 1.09-1.11x / 1.19-1.20x, gpt-oss FC1 (4)
+// 1.05-1.07x / 1.10-1.12x, gpt-oss FC2 (2) 1.05-1.14x / 1.07-1.16x, Qwen3-30B FC1 (2) 1.05-1.17x /
+// 1.07-1.19x; one step longer, over the quarter, loses 1-11% (Qwen3.5-35B FC1: runs of 2, 16.5 MiB,
+// 0.98-1.10x against 1.03-1.15x for runs of 1).
 // With the 192-row tile the same count of N / 128 (not N / 192, which halves every run here) measured
 // best in four runs: Qwen3-30B FC1 runs of 2 1-2% ahead of runs of 1, gpt-oss FC2 (2) 0-2% ahead,
 // gpt-oss FC1 (4) level with runs of 2.
