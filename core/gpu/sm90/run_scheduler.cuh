@@ -72,11 +72,13 @@ class RunScheduler : public cutlass::gemm::kernel::detail::PersistentTileSchedul
   // run * c + w % run of the block instead of tile c of wave w.
   CUTLASS_DEVICE uint64_t run_order() {
     if (run_ == 1) return linear_;
-    const uint64_t cs = uint64_t(this->scheduler_params.cluster_shape_.m()) * this->scheduler_params.cluster_shape_.n();
-    const uint64_t clusters = grid_ / cs;
-    const uint64_t unit = linear_ / cs, within = linear_ % cs;
-    const uint64_t wave = unit / clusters, slot = unit % clusters;
-    const uint64_t block = wave / run_, block_start = block * clusters * run_;
+    // 32-bit division: tile indices stay far below 2^32, and the 64-bit helpers spill the
+    // producer warp group's 40 registers when two kernels share one __global__ (ChoicePlan).
+    const uint32_t cs = uint32_t(this->scheduler_params.cluster_shape_.m()) * this->scheduler_params.cluster_shape_.n();
+    const uint32_t clusters = uint32_t(grid_) / cs, run = uint32_t(run_), linear = uint32_t(linear_);
+    const uint32_t unit = linear / cs, within = linear % cs;
+    const uint32_t wave = unit / clusters, slot = unit % clusters;
+    const uint64_t block = wave / run, block_start = uint64_t(block) * clusters * run;
     if (block != probed_block_) {
       // Is the block's last tile a tile? The probe walks a copy of the group state forward.
       Base probe = *this;
@@ -84,7 +86,7 @@ class RunScheduler : public cutlass::gemm::kernel::detail::PersistentTileSchedul
       probed_block_ = block;
     }
     if (!block_full_) return linear_;
-    return (block_start + slot * run_ + wave % run_) * cs + within;
+    return (block_start + slot * run + wave % run) * cs + within;
   }
 
   uint64_t linear_ = 0;
