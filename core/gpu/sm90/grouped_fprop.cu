@@ -284,16 +284,16 @@ std::unique_ptr<GroupedGemmPlan> make_fprop_plan(const GroupedGemmDesc& g, const
   const FpropTiles tiles = fprop_tiles(g);
   if (!tiles.chosen_on_device()) return make_tile_plan(g, tiles.even, chunks, o.chunk_rows, run(tiles.even));
   const SecondTile second = second_tile(tiles);
-  const int runs[2] = {run(tiles.even), run(second.tile)};
-  if (tiles.even == Tile::T128x128Pingpong && second.tile == Tile::T128x128PingpongT)
-    return std::make_unique<ChoicePlan<PingpongKernel, PingpongTransposedKernel>>(g, chunks, o.chunk_rows, runs[0], runs[1],
-                                                                                  second.classes);
-  if (tiles.even == Tile::T128x192Pingpong && second.tile == Tile::T192x128PingpongT)
-    return std::make_unique<ChoicePlan<Pingpong192Kernel, PingpongTransposed192Kernel>>(g, chunks, o.chunk_rows, runs[0],
-                                                                                        runs[1], second.classes);
-  if (tiles.even == Tile::T128x128Pingpong && second.tile == Tile::T128x256)
-    return std::make_unique<ChoicePlan<PingpongKernel, WideKernel>>(g, chunks, o.chunk_rows, runs[0], runs[1],
-                                                                    second.classes);
+  auto choice = [&](auto even_kernel, auto second_kernel) -> std::unique_ptr<GroupedGemmPlan> {
+    return std::make_unique<ChoicePlan<decltype(even_kernel), decltype(second_kernel)>>(
+        g, chunks, o.chunk_rows, run(tiles.even), run(second.tile), second.classes);
+  };
+  auto pair_is = [&](Tile even, Tile other) { return tiles.even == even && second.tile == other; };
+  if (pair_is(Tile::T128x128Pingpong, Tile::T128x128PingpongT))
+    return choice(PingpongKernel{}, PingpongTransposedKernel{});
+  if (pair_is(Tile::T128x192Pingpong, Tile::T192x128PingpongT))
+    return choice(Pingpong192Kernel{}, PingpongTransposed192Kernel{});
+  if (pair_is(Tile::T128x128Pingpong, Tile::T128x256)) return choice(PingpongKernel{}, WideKernel{});
   throw InternalError(std::string("no ChoicePlan for ") + tile_name(tiles.even) + " / " + tile_name(second.tile));
 }
 }  // namespace moenum::gpu::sm90
