@@ -19,13 +19,21 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_peer_torch import SHAPES, make_counts  # noqa: E402
 
-# values of sm90::Tile (core/gpu/sm90/grouped_sm90.h), with chunks and tiles per cluster run (-1: automatic)
-ENGINES = [("gpu.grouped", 0, -1, -1), ("gpu.grouped.pingpong", 5, -1, 1), ("gpu.grouped.pingpong_whole", 5, 1, 1),
-           ("gpu.grouped.pingpong_m2", 6, -1, 1), ("gpu.grouped.wide", 2, -1, 1), ("gpu.grouped.wide_m2_whole", 3, 1, 1),
-           ("gpu.grouped.pingpong_t", 7, -1, 1), ("gpu.grouped.pingpong_t_r2", 7, -1, 2),
-           ("gpu.grouped.pingpong_t_r4", 7, -1, 4), ("gpu.grouped.pingpong_t_r8", 7, -1, 8),
-           ("gpu.grouped.pingpong192", 8, -1, 1), ("gpu.grouped.pingpong_t192", 9, -1, 1),
-           ("gpu.grouped.pingpong_t192_r2", 9, -1, 2), ("gpu.grouped.pingpong_t192_r4", 9, -1, 4)]
+# (engine, tile as sm90::tile_name names it, sub-groups per group, tiles per run; -1 = automatic)
+ENGINES = [("gpu.grouped", "auto", -1, -1),
+           ("gpu.grouped.pingpong", "128x128 pingpong 1x2", -1, 1),
+           ("gpu.grouped.pingpong_whole", "128x128 pingpong 1x2", 1, 1),
+           ("gpu.grouped.pingpong_m2", "128x128 pingpong 2x1", -1, 1),
+           ("gpu.grouped.wide", "128x256 coop 1x2", -1, 1),
+           ("gpu.grouped.wide_m2_whole", "128x256 coop 2x1", 1, 1),
+           ("gpu.grouped.pingpong_t", "128x128 pingpong 1x2 transposed", -1, 1),
+           ("gpu.grouped.pingpong_t_r2", "128x128 pingpong 1x2 transposed", -1, 2),
+           ("gpu.grouped.pingpong_t_r4", "128x128 pingpong 1x2 transposed", -1, 4),
+           ("gpu.grouped.pingpong_t_r8", "128x128 pingpong 1x2 transposed", -1, 8),
+           ("gpu.grouped.pingpong192", "128x192 pingpong 1x2", -1, 1),
+           ("gpu.grouped.pingpong_t192", "192x128 pingpong 1x2 transposed", -1, 1),
+           ("gpu.grouped.pingpong_t192_r2", "192x128 pingpong 1x2 transposed", -1, 2),
+           ("gpu.grouped.pingpong_t192_r4", "192x128 pingpong 1x2 transposed", -1, 4)]
 
 
 def median_ms(calls, names, burst):
@@ -58,6 +66,12 @@ def main():
                                      ctypes.c_int64, ctypes.c_void_p]
     lib.moenum_fprop_run.argtypes = [ctypes.c_void_p] * 6
     lib.moenum_fprop_free.argtypes = [ctypes.c_void_p]
+    lib.moenum_fprop_tile.argtypes = [ctypes.c_char_p]
+    tiles = {tile: lib.moenum_fprop_tile(tile.encode()) for _, tile, _, _ in ENGINES}
+    unknown = [tile for tile, value in tiles.items() if value < 0]
+    if unknown:
+        print(f"{sys.argv[1]} has no tile named {', '.join(unknown)}", file=sys.stderr)
+        return 2
     stream = torch.cuda.current_stream()
     print("shape,dist,calls,engine,ms,tflops,vs_torch,differing")
     for name, g, m, n, k in SHAPES:
@@ -73,7 +87,7 @@ def main():
             calls = {"torch._grouped_mm": lambda: torch._grouped_mm(a, bt, offs=offs32, out_dtype=torch.bfloat16)}
             handles = []
             for engine, tile, chunks, run in ENGINES:
-                h = lib.moenum_fprop_new(tile, chunks, run, g, n, k, ctypes.c_void_p(b.data_ptr()))
+                h = lib.moenum_fprop_new(tiles[tile], chunks, run, g, n, k, ctypes.c_void_p(b.data_ptr()))
                 if not h:
                     return 1
                 handles.append(h)

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <memory>
 
@@ -23,7 +24,17 @@ struct FpropHandle {
 
 extern "C" {
 
-// tile: the value of sm90::Tile (0 = the automatic choice); chunks, run: -1 = automatic. Null on
+// The value of the sm90::Tile named `name` (sm90::tile_name), or -1 if no tile has that name.
+int moenum_fprop_tile(const char* name) {
+  namespace sm90 = moenum::gpu::sm90;
+  for (int t = 0;; ++t) {
+    const char* tile = sm90::tile_name(static_cast<sm90::Tile>(t));
+    if (std::strcmp(tile, "?") == 0) return -1;
+    if (std::strcmp(tile, name) == 0) return t;
+  }
+}
+
+// tile: the value of sm90::Tile (0 = the automatic choice; moenum_fprop_tile looks one up); chunks, run: -1 = automatic. Null on
 // failure.
 void* moenum_fprop_new(int tile, int chunks, int run, int groups, int64_t n, int64_t k, const void* b) {
   try {
