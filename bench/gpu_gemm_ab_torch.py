@@ -12,6 +12,7 @@ bits differ from torch's output; the same per-element K order gives 0).
 """
 import ctypes
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -79,6 +80,8 @@ def main():
         b = (torch.rand(g, n, k, device="cuda") - 0.5).mul_(0.25).to(torch.bfloat16)
         bt = b.transpose(-2, -1)
         for zipf in (False, True):
+            # when each shape starts, to line the GPU's clock and power samples up with it
+            print(f"{time.strftime('%Y/%m/%d %H:%M:%S')} {name} {'zipf1.2' if zipf else 'uniform'}", file=sys.stderr)
             counts = make_counts(g, m, zipf)
             offs32 = torch.tensor(counts, device="cuda", dtype=torch.int32).cumsum(0, dtype=torch.int32)
             counts64 = torch.tensor(counts, device="cuda", dtype=torch.int64)

@@ -319,11 +319,23 @@ fi
 # ---- gemm-ab (on request): the bench stage's same-process A/B alone, every forced tile beside torch --
 if want gemm-ab && [ -f $BUILD/libmoenum_gemm_capi.so ]; then
   t0=$SECONDS
+  # Clocks and power every 100 ms beside it: is the GPU held at its power cap while the GEMMs run?
+  CLOCKS=timestamp,clocks.sm,power.draw,power.limit,temperature.gpu
+  nvidia-smi --query-gpu=$CLOCKS,clocks_event_reasons.sw_power_cap,clocks_event_reasons.sw_thermal_slowdown \
+    --format=csv -lms 100 >"$OUT/gemm_ab_clocks.csv" 2>/dev/null &
+  sampler=$!
+  sleep 1
+  if ! kill -0 $sampler 2>/dev/null; then  # older drivers name the reasons clocks_throttle_reasons
+    nvidia-smi --query-gpu=$CLOCKS,clocks_throttle_reasons.sw_power_cap --format=csv -lms 100 \
+      >"$OUT/gemm_ab_clocks.csv" 2>/dev/null &
+    sampler=$!
+  fi
   if gemm_ab 2>"$OUT/bench_ab.err"; then
     note gemm-ab ok "$((SECONDS - t0)) s"
   else
     note gemm-ab FAILED "$(tail -1 "$OUT/bench_ab.err")"
   fi
+  kill $sampler 2>/dev/null
 fi
 
 # ---- gemm-diagnose (on request): uniform counts, torch._grouped_mm beside batched and dense ceilings,
