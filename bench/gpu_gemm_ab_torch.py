@@ -37,6 +37,28 @@ ENGINES = [("gpu.grouped", "auto", -1, -1),
            ("gpu.grouped.pingpong_t192_r4", "192x128 pingpong 1x2 transposed", -1, 4)]
 
 
+def load_capi(path):
+    """bench/gpu_gemm_capi.cu's library, its functions typed for ctypes."""
+    lib = ctypes.CDLL(path)
+    lib.moenum_fprop_new.restype = ctypes.c_void_p
+    lib.moenum_fprop_new.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64,
+                                     ctypes.c_int64, ctypes.c_void_p]
+    lib.moenum_fprop_run.argtypes = [ctypes.c_void_p] * 6
+    lib.moenum_fprop_free.argtypes = [ctypes.c_void_p]
+    lib.moenum_fprop_tile.argtypes = [ctypes.c_char_p]
+    return lib
+
+
+def tile_values(lib, names):
+    """{tile name: its sm90::Tile value}, or None (after saying which) if the library lacks one."""
+    tiles = {tile: lib.moenum_fprop_tile(tile.encode()) for tile in names}
+    unknown = [tile for tile, value in tiles.items() if value < 0]
+    if unknown:
+        print(f"the library has no tile named {', '.join(unknown)}", file=sys.stderr)
+        return None
+    return tiles
+
+
 def median_ms(calls, names, burst):
     """Median ms per call of each engine, timing `burst` back-to-back calls, rounds rotating the order."""
     times = {e: [] for e in names}
@@ -61,17 +83,9 @@ def main():
     if not torch.cuda.is_available():
         print("no CUDA device", file=sys.stderr)
         return 3
-    lib = ctypes.CDLL(sys.argv[1])
-    lib.moenum_fprop_new.restype = ctypes.c_void_p
-    lib.moenum_fprop_new.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64,
-                                     ctypes.c_int64, ctypes.c_void_p]
-    lib.moenum_fprop_run.argtypes = [ctypes.c_void_p] * 6
-    lib.moenum_fprop_free.argtypes = [ctypes.c_void_p]
-    lib.moenum_fprop_tile.argtypes = [ctypes.c_char_p]
-    tiles = {tile: lib.moenum_fprop_tile(tile.encode()) for _, tile, _, _ in ENGINES}
-    unknown = [tile for tile, value in tiles.items() if value < 0]
-    if unknown:
-        print(f"{sys.argv[1]} has no tile named {', '.join(unknown)}", file=sys.stderr)
+    lib = load_capi(sys.argv[1])
+    tiles = tile_values(lib, [tile for _, tile, _, _ in ENGINES])
+    if tiles is None:
         return 2
     stream = torch.cuda.current_stream()
     print("shape,dist,calls,engine,ms,tflops,vs_torch,differing")
