@@ -13,6 +13,8 @@
 #                                       profile: py-spy of the production points (bench/profile_parts.py),
 #                                       gemm-ab: the bench stage's same-process GEMM A/B against torch alone,
 #                                       gemm-diagnose: uniform-count ceilings and ncu counters of the GEMMs,
+#                                       gemm-kernels: the automatic GEMM's kernel times beside its configuration
+#                                       forced (bench/gpu_gemm_kernel_times.py),
 #                                       and multigpu (nvidia-h200-x2): EP 2 under mpirun with transport nccl,
 #                                       gpu.grouped and gpu.multistream, bf16 and mxfp8, every padding source,
 #                                       bitwise against transport local, with timings
@@ -336,6 +338,17 @@ if want gemm-ab && [ -f $BUILD/libmoenum_gemm_capi.so ]; then
     note gemm-ab FAILED "$(tail -1 "$OUT/bench_ab.err")"
   fi
   kill $sampler 2>/dev/null
+fi
+
+# ---- gemm-kernels (on request): the automatic plan's kernels and gaps beside the forced plan's ----
+if want gemm-kernels && [ -f $BUILD/libmoenum_gemm_capi.so ]; then
+  t0=$SECONDS
+  if timeout 200 python3 bench/gpu_gemm_kernel_times.py $BUILD/libmoenum_gemm_capi.so >"$OUT/gemm_kernels.csv" \
+    2>"$OUT/gemm_kernels.err"; then
+    note gemm-kern ok "$((SECONDS - t0)) s"
+  else
+    note gemm-kern FAILED "$(tail -1 "$OUT/gemm_kernels.err")"
+  fi
 fi
 
 # ---- gemm-diagnose (on request): uniform counts, torch._grouped_mm beside batched and dense ceilings,
