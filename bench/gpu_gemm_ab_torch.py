@@ -76,17 +76,25 @@ def median_ms(calls, names, burst):
     return {e: sorted(v)[len(v) // 2] for e, v in times.items()}
 
 
-def main():
-    if len(sys.argv) != 2:
-        print(__doc__, file=sys.stderr)
-        return 2
+def open_capi(library, usage, tile_names):
+    """(the library at `library` via load_capi, tile_values of tile_names); exits after saying why
+    when `library` is missing or lacks a tile (2) or there is no CUDA device (3)."""
+    if library is None:
+        print(usage, file=sys.stderr)
+        sys.exit(2)
     if not torch.cuda.is_available():
         print("no CUDA device", file=sys.stderr)
-        return 3
-    lib = load_capi(sys.argv[1])
-    tiles = tile_values(lib, [tile for _, tile, _, _ in ENGINES])
+        sys.exit(3)
+    lib = load_capi(library)
+    tiles = tile_values(lib, tile_names)
     if tiles is None:
-        return 2
+        sys.exit(2)
+    return lib, tiles
+
+
+def main():
+    library = sys.argv[1] if len(sys.argv) == 2 else None
+    lib, tiles = open_capi(library, __doc__, [tile for _, tile, _, _ in ENGINES])
     stream = torch.cuda.current_stream()
     print("shape,dist,calls,engine,ms,tflops,vs_torch,differing")
     for name, g, m, n, k in SHAPES:

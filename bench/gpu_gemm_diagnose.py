@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_gemm_ab_torch import median_ms  # noqa: E402
+from gpu_gemm_ab_torch import median_ms, open_capi  # noqa: E402
 from gpu_peer_torch import SHAPES, make_counts  # noqa: E402
 
 
@@ -71,18 +71,7 @@ def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--table":
         return table(sys.argv[2])
     args = [x for x in sys.argv[1:] if x != "--ncu"]
-    if len(args) != 1:
-        print(__doc__, file=sys.stderr)
-        return 2
-    if not torch.cuda.is_available():
-        print("no CUDA device", file=sys.stderr)
-        return 3
-    lib = ctypes.CDLL(args[0])
-    lib.moenum_fprop_new.restype = ctypes.c_void_p
-    lib.moenum_fprop_new.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64,
-                                     ctypes.c_int64, ctypes.c_void_p]
-    lib.moenum_fprop_run.argtypes = [ctypes.c_void_p] * 6
-    lib.moenum_fprop_free.argtypes = [ctypes.c_void_p]
+    lib, _ = open_capi(args[0] if len(args) == 1 else None, __doc__, [])
     profile = "--ncu" in sys.argv
     if not profile:
         print("shape,engine,ms,tflops,vs_torch")

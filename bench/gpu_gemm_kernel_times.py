@@ -8,8 +8,9 @@ bursts of five calls of each (CUDA events, median of 20, as bench/gpu_gemm_ab_to
 every kernel's GPU time from torch.profiler, so the difference splits into the fill kernel, the GEMM
 kernel and the gaps between them. Each engine is profiled in a session of its own after the timed
 rounds: the H200 runs these GEMMs at its power cap, so a GEMM kernel's profiled time can differ
-from the rounds' by several percent; the fill kernels' times and "elapsed" are the figures to compare. Prints CSV shape,dist,engine,part,us_per_call (part: a kernel's
-name, "kernels" their sum, "elapsed" the events' time per call, "gaps" elapsed - kernels).
+from the rounds' by several percent; the fill kernels' times and "elapsed" are the figures to
+compare. Prints CSV shape,dist,engine,part,us_per_call (part: a kernel's name, "kernels" their sum,
+"elapsed" the events' time per call, "gaps" elapsed - kernels).
 """
 import sys
 from pathlib import Path
@@ -18,7 +19,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_gemm_ab_torch import load_capi, median_ms, tile_values  # noqa: E402
+from gpu_gemm_ab_torch import median_ms, open_capi  # noqa: E402
 from gpu_peer_torch import SHAPES, make_counts  # noqa: E402
 
 # (shape, zipf, the configuration the automatic rule picks for those counts: fprop_tiles and
@@ -60,16 +61,8 @@ def kernel_us(call, calls):
 
 
 def main():
-    if len(sys.argv) != 2:
-        print(__doc__, file=sys.stderr)
-        return 2
-    if not torch.cuda.is_available():
-        print("no CUDA device", file=sys.stderr)
-        return 3
-    lib = load_capi(sys.argv[1])
-    tiles = tile_values(lib, ["auto"] + [tile for _, _, tile, _ in CASES])
-    if tiles is None:
-        return 2
+    library = sys.argv[1] if len(sys.argv) == 2 else None
+    lib, tiles = open_capi(library, __doc__, ["auto"] + [tile for _, _, tile, _ in CASES])
     shapes = {name: (g, m, n, k) for name, g, m, n, k in SHAPES}
     stream = torch.cuda.current_stream()
     print("shape,dist,engine,part,us_per_call")
