@@ -34,8 +34,8 @@ int moenum_fprop_tile(const char* name) {
   }
 }
 
-// tile: the value of sm90::Tile (0 = the automatic choice; moenum_fprop_tile looks one up); chunks, run: -1 = automatic. Null on
-// failure.
+// tile: the value of sm90::Tile (0 = the automatic choice; moenum_fprop_tile looks one up);
+// chunks, run: -1 = automatic. Null on failure.
 void* moenum_fprop_new(int tile, int chunks, int run, int groups, int64_t n, int64_t k, const void* b) {
   try {
     auto h = std::make_unique<FpropHandle>();
