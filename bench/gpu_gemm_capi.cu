@@ -27,11 +27,9 @@ extern "C" {
 // The value of the sm90::Tile named `name` (sm90::tile_name), or -1 if no tile has that name.
 int moenum_fprop_tile(const char* name) {
   namespace sm90 = moenum::gpu::sm90;
-  for (int t = 0;; ++t) {
-    const char* tile = sm90::tile_name(static_cast<sm90::Tile>(t));
-    if (std::strcmp(tile, "?") == 0) return -1;
-    if (std::strcmp(tile, name) == 0) return t;
-  }
+  for (int t = 0; t < static_cast<int>(sm90::Tile::kCount); ++t)
+    if (std::strcmp(sm90::tile_name(static_cast<sm90::Tile>(t)), name) == 0) return t;
+  return -1;
 }
 
 // tile: the value of sm90::Tile (0 = the automatic choice; moenum_fprop_tile looks one up);

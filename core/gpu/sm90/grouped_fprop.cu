@@ -9,6 +9,45 @@
 
 namespace moenum::gpu::sm90 {
 
+namespace {
+
+using LA = cutlass::layout::RowMajor;
+using LB = cutlass::layout::ColumnMajor;
+using D = cutlass::bfloat16_t;
+
+using PingpongKernel = GroupedKernel<LA, LB, D, 128, 2, 1, Pingpong>;
+using PingpongTransposedKernel = GroupedKernel<LA, LB, D, 128, 2, 1, Pingpong, cutlass::layout::ColumnMajor>;
+using Pingpong192Kernel = GroupedKernel<LA, LB, D, 192, 2, 1, Pingpong>;
+using PingpongTransposed192Kernel =
+    GroupedKernel<LA, LB, D, 128, 2, 1, Pingpong, cutlass::layout::ColumnMajor, 192>;
+using WideKernel = GroupedKernel<LA, LB, D, 256, 2>;
+
+// The one map from a configuration of Tile to its kernel type: returns f(kernel{}) (Auto: the
+// 128x128 cooperative kernel, the default plan's).
+template <class F>
+auto with_tile_kernel(Tile tile, F&& f) {
+  switch (tile) {
+    case Tile::Auto:
+    case Tile::T128x128: return f(GroupedKernel<LA, LB, D>{});
+    case Tile::T128x256: return f(WideKernel{});
+    case Tile::T128x256M2: return f(GroupedKernel<LA, LB, D, 256, 1, 2>{});
+    case Tile::T128x192: return f(GroupedKernel<LA, LB, D, 192, 2>{});
+    case Tile::T128x128Pingpong: return f(PingpongKernel{});
+    case Tile::T128x128PingpongM2: return f(GroupedKernel<LA, LB, D, 128, 1, 2, Pingpong>{});
+    case Tile::T128x128PingpongT: return f(PingpongTransposedKernel{});
+    case Tile::T128x192Pingpong: return f(Pingpong192Kernel{});
+    case Tile::T192x128PingpongT: return f(PingpongTransposed192Kernel{});
+    case Tile::kCount: break;
+  }
+  throw InternalError("no tile configuration " + std::to_string(static_cast<int>(tile)));
+}
+
+}  // namespace
+
+bool tile_transposed(Tile t) {
+  return with_tile_kernel(t, [](auto kernel) { return decltype(kernel)::kTransposed; });
+}
+
 const char* tile_name(Tile t) {
   switch (t) {
     case Tile::Auto: return "auto";
@@ -21,6 +60,7 @@ const char* tile_name(Tile t) {
     case Tile::T128x128PingpongT: return "128x128 pingpong 1x2 transposed";
     case Tile::T128x192Pingpong: return "128x192 pingpong 1x2";
     case Tile::T192x128PingpongT: return "192x128 pingpong 1x2 transposed";
+    case Tile::kCount: break;
   }
   return "?";
 }
@@ -84,7 +124,7 @@ FpropTiles fprop_tiles(const GroupedGemmDesc& g) {
 // gpt-oss FC1 (4) level with runs of 2.
 // Other configurations: runs of 1 (no gain where the groups are large, losses on skewed counts).
 int fprop_run(const GroupedGemmDesc& g, Tile t, int sm_count) {
-  if (t != Tile::T128x128PingpongT && t != Tile::T192x128PingpongT) return 1;
+  if (!tile_transposed(t)) return 1;
   int dev = 0, l2 = 0;
   MOENUM_CUDA_CHECK(cudaGetDevice(&dev));
   MOENUM_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
@@ -150,35 +190,11 @@ int default_chunks(const GroupedGemmDesc& g) {
 
 namespace {
 
-using LA = cutlass::layout::RowMajor;
-using LB = cutlass::layout::ColumnMajor;
-using D = cutlass::bfloat16_t;
-
-using PingpongKernel = GroupedKernel<LA, LB, D, 128, 2, 1, Pingpong>;
-using PingpongTransposedKernel = GroupedKernel<LA, LB, D, 128, 2, 1, Pingpong, cutlass::layout::ColumnMajor>;
-using Pingpong192Kernel = GroupedKernel<LA, LB, D, 192, 2, 1, Pingpong>;
-using PingpongTransposed192Kernel =
-    GroupedKernel<LA, LB, D, 128, 2, 1, Pingpong, cutlass::layout::ColumnMajor, 192>;
-using WideKernel = GroupedKernel<LA, LB, D, 256, 2>;
-
 std::unique_ptr<GroupedGemmPlan> make_tile_plan(const GroupedGemmDesc& g, Tile tile, int chunks, int64_t chunk_rows,
                                                 int run) {
-  auto plan = [&](auto kernel) -> std::unique_ptr<GroupedGemmPlan> {
+  return with_tile_kernel(tile, [&](auto kernel) -> std::unique_ptr<GroupedGemmPlan> {
     return std::make_unique<Plan<decltype(kernel)>>(g, chunks, chunk_rows, run);
-  };
-  switch (tile) {
-    case Tile::T128x256: return plan(WideKernel{});
-    case Tile::T128x256M2: return plan(GroupedKernel<LA, LB, D, 256, 1, 2>{});
-    case Tile::T128x192: return plan(GroupedKernel<LA, LB, D, 192, 2>{});
-    case Tile::T128x128Pingpong: return plan(PingpongKernel{});
-    case Tile::T128x128PingpongM2: return plan(GroupedKernel<LA, LB, D, 128, 1, 2, Pingpong>{});
-    case Tile::T128x128PingpongT: return plan(PingpongTransposedKernel{});
-    case Tile::T128x192Pingpong: return plan(Pingpong192Kernel{});
-    case Tile::T192x128PingpongT: return plan(PingpongTransposed192Kernel{});
-    case Tile::Auto:
-    case Tile::T128x128: break;
-  }
-  return plan(GroupedKernel<LA, LB, D>{});
+  });
 }
 
 // Fills the chosen plan's problem array: every block reduces the counts (max, sum) itself, so the
