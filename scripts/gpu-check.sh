@@ -15,6 +15,8 @@
 #                                       gemm-diagnose: uniform-count ceilings and ncu counters of the GEMMs,
 #                                       gemm-kernels: the automatic GEMM's kernel times beside its configuration
 #                                       forced (bench/gpu_gemm_kernel_times.py),
+#                                       gemm-energy: time and energy per call of the 128-expert GEMMs held at
+#                                       the power limit, with the dense ceiling (bench/gpu_gemm_energy.py),
 #                                       and multigpu (nvidia-h200-x2): EP 2 under mpirun with transport nccl,
 #                                       gpu.grouped and gpu.multistream, bf16 and mxfp8, every padding source,
 #                                       bitwise against transport local, with timings
@@ -348,6 +350,17 @@ if want gemm-kernels && [ -f $BUILD/libmoenum_gemm_capi.so ]; then
     note gemm-kern ok "$((SECONDS - t0)) s"
   else
     note gemm-kern FAILED "$(tail -1 "$OUT/gemm_kernels.err")"
+  fi
+fi
+
+# ---- gemm-energy (on request): time and NVML energy per call, sustained, beside torch and dense -----
+if want gemm-energy && [ -f $BUILD/libmoenum_gemm_capi.so ]; then
+  t0=$SECONDS
+  if timeout 300 python3 bench/gpu_gemm_energy.py $BUILD/libmoenum_gemm_capi.so >"$OUT/gemm_energy.csv" \
+    2>"$OUT/gemm_energy.err"; then
+    note gemm-energy ok "$((SECONDS - t0)) s"
+  else
+    note gemm-energy FAILED "$(tail -1 "$OUT/gemm_energy.err")"
   fi
 fi
 
