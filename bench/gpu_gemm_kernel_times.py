@@ -2,15 +2,14 @@
 
 python3 bench/gpu_gemm_kernel_times.py BUILD/libmoenum_gemm_capi.so
 
-gpu.grouped's automatic plan launches choose_and_fill and either_gemm (both configurations of a
-pair in one kernel); the forced plan fill_groups and CUTLASS's kernel. For a few shapes this times
-bursts of five calls of each (CUDA events, median of 20, as bench/gpu_gemm_ab_torch.py) and takes
-every kernel's GPU time from torch.profiler, so the difference splits into the fill kernel, the GEMM
-kernel and the gaps between them. Each engine is profiled in a session of its own after the timed
-rounds: the H200 runs these GEMMs at its power cap, so a GEMM kernel's profiled time can differ
-from the rounds' by several percent; the fill kernels' times and "elapsed" are the figures to
-compare. Prints CSV shape,dist,engine,part,us_per_call (part: a kernel's name, "kernels" their sum,
-"elapsed" the events' time per call, "gaps" elapsed - kernels).
+gpu.grouped's automatic plan launches choose_and_fill and either_gemm (both configurations of a pair
+in one kernel); the forced plan fill_groups and CUTLASS's kernel. For a few shapes this times bursts
+of five calls of each (CUDA events, median of 20, as bench/gpu_gemm_ab_torch.py) and takes every
+kernel's GPU time from torch.profiler, so the difference splits into the fill kernel, the GEMM
+kernel and the gaps between them. Both plans are profiled in one session, their bursts interleaved
+as in the timed rounds: the H200 runs these GEMMs at its power cap, and a kernel's time depends on
+the power state it ran in. Prints CSV shape,dist,engine,part,us_per_call (part: a kernel's name,
+"kernels" their sum, "elapsed" the events' time per call, "gaps" elapsed - kernels).
 """
 import sys
 from pathlib import Path
@@ -31,23 +30,30 @@ CASES = [("qwen3_30b_fc2", False, "128x128 pingpong 1x2 transposed", 8),
 BURST = 5
 
 
-# The kernels of the two plans; CUPTI reports them by mangled name.
-KERNELS = {"either_gemm": "either_gemm", "choose_and_fill": "choose_and_fill", "fill_groups": "fill_groups",
-           "device_kernel": "CUTLASS device_kernel"}
+# The kernels of the two plans (CUPTI names them mangled): {name in the mangled name: (plan, name)}.
+AUTOMATIC = "gpu.grouped"
+FORCED = "forced"
+KERNELS = {"choose_and_fill": (AUTOMATIC, "choose_and_fill"), "either_gemm": (AUTOMATIC, "either_gemm"),
+           "fill_groups": (FORCED, "fill_groups"), "device_kernel": (FORCED, "CUTLASS device_kernel")}
 
 
-def short_name(kernel):
-    """One of KERNELS' names for a kernel whose (mangled or demangled) name holds its key."""
-    hits = [name for key, name in KERNELS.items() if key in kernel]
-    return hits[0] if len(hits) == 1 else kernel[:60]
+def plan_kernel(kernel):
+    """(plan, short name) of a profiled kernel: KERNELS' entry whose key it holds, else ("other", it)."""
+    hits = [entry for key, entry in KERNELS.items() if key in kernel]
+    return hits[0] if len(hits) == 1 else ("other", kernel[:60])
 
 
-def kernel_us(call, calls):
-    """{kernel name: GPU microseconds per call} over `calls` calls, from torch.profiler."""
+def kernel_us(calls, rounds):
+    """{(plan, kernel): GPU microseconds per call}, from torch.profiler over `rounds` rounds of a
+    burst of every plan, in an order that rotates round by round: both plans run in one profiling
+    session, at the same power state."""
+    names = list(calls)
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            call()
+        for r in range(rounds):
+            for plan in names[r % len(names):] + names[:r % len(names)]:
+                for _ in range(BURST):
+                    calls[plan]()
         torch.cuda.synchronize()
     per_call = {}
     for ev in prof.key_averages():
@@ -55,8 +61,8 @@ def kernel_us(call, calls):
         if total is None:
             total = ev.cuda_time_total
         if total > 0:
-            name = short_name(ev.key)
-            per_call[name] = per_call.get(name, 0.0) + total / calls
+            key = plan_kernel(ev.key)
+            per_call[key] = per_call.get(key, 0.0) + total / (rounds * BURST)
     return per_call
 
 
@@ -73,10 +79,10 @@ def main():
         d = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
         counts64 = torch.tensor(make_counts(g, m, zipf), device="cuda", dtype=torch.int64)
         offsets64 = torch.cat([torch.zeros(1, dtype=torch.int64, device="cuda"), counts64.cumsum(0)])
-        engines = {"gpu.grouped": (tiles["auto"], -1), f"forced {tile} runs of {run}": (tiles[tile], run)}
+        plans = {AUTOMATIC: (tiles["auto"], -1), FORCED: (tiles[tile], run)}
         calls, handles = {}, []
-        for engine, (value, engine_run) in engines.items():
-            h = lib.moenum_fprop_new(value, -1, engine_run, g, n, k, b.data_ptr())
+        for plan, (value, plan_run) in plans.items():
+            h = lib.moenum_fprop_new(value, -1, plan_run, g, n, k, b.data_ptr())
             if not h:
                 return 1
             handles.append(h)
@@ -85,17 +91,22 @@ def main():
                 if lib.moenum_fprop_run(h, a.data_ptr(), d.data_ptr(), counts64.data_ptr(), offsets64.data_ptr(),
                                         stream.cuda_stream):
                     raise RuntimeError("moenum_fprop_run failed")
-            calls[engine] = call
+            calls[plan] = call
         elapsed = median_ms(calls, list(calls), BURST)
+        parts = kernel_us(calls, 20)
         dist = "zipf1.2" if zipf else "uniform"
-        for engine, call in calls.items():
-            parts = kernel_us(call, 20 * BURST)
-            kernels = sum(parts.values())
-            for part, us in sorted(parts.items()):
-                print(f"{name},{dist},{engine},{part},{us:.1f}")
+        for plan in calls:
+            engine = plan if plan == AUTOMATIC else f"forced {tile} runs of {run}"
+            mine = {kernel: us for (owner, kernel), us in parts.items() if owner == plan}
+            for kernel, us in sorted(mine.items()):
+                print(f"{name},{dist},{engine},{kernel},{us:.1f}")
+            kernels = sum(mine.values())
             print(f"{name},{dist},{engine},kernels,{kernels:.1f}")
-            print(f"{name},{dist},{engine},elapsed,{elapsed[engine] * 1e3:.1f}")
-            print(f"{name},{dist},{engine},gaps,{elapsed[engine] * 1e3 - kernels:.1f}", flush=True)
+            print(f"{name},{dist},{engine},elapsed,{elapsed[plan] * 1e3:.1f}")
+            print(f"{name},{dist},{engine},gaps,{elapsed[plan] * 1e3 - kernels:.1f}", flush=True)
+        for (owner, kernel), us in sorted(parts.items()):
+            if owner == "other":
+                print(f"{name},{dist},other,{kernel},{us:.1f}")
         for h in handles:
             lib.moenum_fprop_free(h)
     return 0
