@@ -15,8 +15,8 @@
 #                                       gemm-diagnose: uniform-count ceilings and ncu counters of the GEMMs,
 #                                       gemm-kernels: the automatic GEMM's kernel times beside its configuration
 #                                       forced (bench/gpu_gemm_kernel_times.py),
-#                                       gemm-energy: time and energy per call of the GEMMs held at the power
-#                                       limit, with the dense ceiling (bench/gpu_gemm_energy.py),
+#                                       gemm-sustained: time per call of the GEMMs held at the power limit,
+#                                       with the dense ceiling (bench/gpu_gemm_sustained.py),
 #                                       and multigpu (nvidia-h200-x2): EP 2 under mpirun with transport nccl,
 #                                       gpu.grouped and gpu.multistream, bf16 and mxfp8, every padding source,
 #                                       bitwise against transport local, with timings
@@ -353,17 +353,17 @@ if want gemm-kernels && [ -f $BUILD/libmoenum_gemm_capi.so ]; then
   fi
 fi
 
-# ---- gemm-energy (on request): time and NVML energy per call, sustained: every shape beside torch and
-# ---- the dense ceiling, then every forced configuration on the uniform 128-expert cells ------------
-if want gemm-energy && [ -f $BUILD/libmoenum_gemm_capi.so ]; then
+# ---- gemm-sustained (on request): time per call held at the power limit, every shape beside torch
+# ---- and the dense ceiling, then every forced configuration on the uniform cells -------------------
+if want gemm-sustained && [ -f $BUILD/libmoenum_gemm_capi.so ]; then
   t0=$SECONDS
-  if timeout 330 python3 bench/gpu_gemm_energy.py $BUILD/libmoenum_gemm_capi.so >"$OUT/gemm_energy.csv" \
-       2>"$OUT/gemm_energy.err" \
-     && timeout 200 python3 bench/gpu_gemm_energy.py $BUILD/libmoenum_gemm_capi.so --sweep \
-       >"$OUT/gemm_energy_sweep.csv" 2>>"$OUT/gemm_energy.err"; then
-    note gemm-energy ok "$((SECONDS - t0)) s"
+  if timeout 300 python3 bench/gpu_gemm_sustained.py $BUILD/libmoenum_gemm_capi.so >"$OUT/gemm_sustained.csv" \
+       2>"$OUT/gemm_sustained.err" \
+     && timeout 330 python3 bench/gpu_gemm_sustained.py $BUILD/libmoenum_gemm_capi.so --sweep \
+       >"$OUT/gemm_sustained_sweep.csv" 2>>"$OUT/gemm_sustained.err"; then
+    note gemm-sust ok "$((SECONDS - t0)) s"
   else
-    note gemm-energy FAILED "$(tail -1 "$OUT/gemm_energy.err")"
+    note gemm-sust FAILED "$(tail -1 "$OUT/gemm_sustained.err")"
   fi
 fi
 

@@ -98,6 +98,10 @@ const char* counts_class_name(CountsClass c) {
 // (ChoicePlan). Not chosen: 2x2 clusters (slower than 1x2 on every shape); the 2x1 clusters of the
 // pingpong tiles (no faster on even counts, 5-30% slower on skewed ones); 256x128 and 256x192
 // cooperative tiles (0.93-1.16x: behind pingpong on every 128/256-expert shape).
+// These figures are one call or five after an idle gap. Held at the H200's power limit for seconds
+// (bench/gpu_gemm_sustained.py) every configuration lands within 0.94-1.08x torch on uniform counts,
+// and torch's own 128x256 2x1 tile is the fastest on DeepSeek-V3 FC1, Qwen3.5-35B FC1 and Mixtral
+// FC2 uniform (1.00-1.01x, the rule's 0.95-0.99x); skewed counts keep their lead (1.02-1.22x).
 static constexpr int64_t kLongK = 4096;
 
 FpropTiles fprop_tiles(const GroupedGemmDesc& g) {

@@ -1,21 +1,21 @@
-"""The grouped GEMMs held at the GPU's power limit: time and energy per call, sustained.
+"""The grouped GEMMs held at the GPU's power limit: time per call, sustained.
 
-python3 bench/gpu_gemm_energy.py BUILD/libmoenum_gemm_capi.so [--sweep]
+python3 bench/gpu_gemm_sustained.py BUILD/libmoenum_gemm_capi.so [--sweep]
 
 In training the GEMMs run back to back for seconds and the GPU sits at its power limit, lowering its
-clock until it draws the limit; then time per call follows energy per call. One call or a burst of
-five after an idle gap (bench/gpu_gemm_ab_torch.py) runs partly above that steady state. Here each
-engine runs back to back for about 0.6 s per round (0.4 s with --sweep; the host queues ahead, so
-no launch gap is timed), timed by CUDA events, with NVML's total energy counter read before and
-after; rounds rotate the engine order; median of the rounds (5, or 3 with --sweep).
+clock until it draws the limit. One call or a burst of five after an idle gap
+(bench/gpu_gemm_ab_torch.py) runs partly above that steady state, and a kernel that draws more
+power gains more there. Here each engine runs back to back for about 0.6 s per round (0.4 s with
+--sweep; the host queues ahead, so no launch gap is timed), timed by CUDA events; rounds rotate the
+engine order; median of the rounds (5, or 3 with --sweep).
   default: every shape and routing of bench/gpu_peer_torch.py; torch._grouped_mm, gpu.grouped's
            automatic choice and the dense ceiling (torch.mm of all the rows with one expert's
            weight: the same products without the other weights' traffic or any grouping).
-  --sweep: the uniform 128-expert cells with every configuration of bench/gpu_gemm_ab_torch.py's
-           ENGINES forced beside torch and the automatic choice.
-Prints CSV shape,dist,engine,calls,ms,mj,watts,vs_torch_time,vs_torch_energy,differing (differing:
-elements whose bits differ from torch's output; empty for the dense product, which computes other
-values). The energy counter's update interval goes to stderr: windows much longer than it are needed.
+  --sweep: the uniform cells, every configuration of bench/gpu_gemm_ab_torch.py's ENGINES forced
+           beside torch and the automatic choice.
+Prints CSV shape,dist,engine,calls,ms,tflops,vs_torch,differing (differing: elements whose bits
+differ from torch's output; empty for the dense product, which computes other values).
+(NVML's energy counter, tried here, changes every 100 ms on the H200: too coarse for these windows.)
 """
 import ctypes
 import sys
@@ -28,57 +28,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_gemm_ab_torch import ENGINES, open_capi  # noqa: E402
 from gpu_peer_torch import SHAPES, make_counts  # noqa: E402
 
-SWEEP_CASES = [("qwen3_30b_fc1", False), ("qwen3_30b_fc2", False), ("gpt_oss_120b_fc1", False),
-               ("gpt_oss_120b_fc2", False)]
 TORCH, DENSE = "torch._grouped_mm", "torch.mm dense"
 
 
-def energy_meter():
-    """A function returning the current device's total energy in millijoules (NVML), or None
-    (after saying why) when NVML cannot give it."""
-    try:
-        nvml = ctypes.CDLL("libnvidia-ml.so.1")
-    except OSError as e:
-        print(f"no NVML: {e}", file=sys.stderr)
-        return None
-    handle = ctypes.c_void_p()
-    uuid = f"GPU-{torch.cuda.get_device_properties(torch.cuda.current_device()).uuid}".encode()
-    if nvml.nvmlInit_v2() != 0 or nvml.nvmlDeviceGetHandleByUUID(uuid, ctypes.byref(handle)) != 0:
-        print(f"NVML has no device {uuid.decode()}", file=sys.stderr)
-        return None
-    mj = ctypes.c_ulonglong()
-
-    def read():
-        rc = nvml.nvmlDeviceGetTotalEnergyConsumption(handle, ctypes.byref(mj))
-        if rc != 0:
-            raise RuntimeError(f"nvmlDeviceGetTotalEnergyConsumption returned {rc}")
-        return mj.value
-    return read
-
-
-def update_interval_ms(energy, seconds=0.5):
-    """The mean time between changes of the energy counter, polled for `seconds`."""
-    changes, last, t_end = 0, energy(), time.perf_counter() + seconds
-    while time.perf_counter() < t_end:
-        value = energy()
-        changes += value != last
-        last = value
-    return seconds * 1e3 / max(changes, 1)
-
-
-def sustained(call, calls, energy):
-    """(ms per call, mJ per call) over `calls` back-to-back calls."""
+def sustained(call, calls):
+    """ms per call over `calls` back-to-back calls."""
     t0 = torch.cuda.Event(enable_timing=True)
     t1 = torch.cuda.Event(enable_timing=True)
     torch.cuda.synchronize()
-    e0 = energy()
     t0.record()
     for _ in range(calls):
         call()
     t1.record()
     t1.synchronize()
-    e1 = energy()
-    return t0.elapsed_time(t1) / calls, (e1 - e0) / calls
+    return t0.elapsed_time(t1) / calls
 
 
 def main():
@@ -88,15 +51,11 @@ def main():
     library = args[0] if len(args) == 1 else None
     engines = [(e, tile, chunks, run) for e, tile, chunks, run in ENGINES if sweep or e == "gpu.grouped"]
     lib, tiles = open_capi(library, __doc__, [tile for _, tile, _, _ in engines])
-    energy = energy_meter()
-    if energy is None:
-        return 3
-    print(f"NVML energy counter: a new value every {update_interval_ms(energy):.1f} ms", file=sys.stderr)
     seconds, rounds = (0.4, 3) if sweep else (0.6, 5)
-    cases = SWEEP_CASES if sweep else [(name, zipf) for name, *_ in SHAPES for zipf in (False, True)]
+    cases = [(name, zipf) for name, *_ in SHAPES for zipf in ((False,) if sweep else (False, True))]
     shapes = {name: (g, m, n, k) for name, g, m, n, k in SHAPES}
     stream = torch.cuda.current_stream()
-    print("shape,dist,engine,calls,ms,mj,watts,vs_torch_time,vs_torch_energy,differing")
+    print("shape,dist,engine,calls,ms,tflops,vs_torch,differing")
     for name, zipf in cases:
         g, m, n, k = shapes[name]
         dist = "zipf1.2" if zipf else "uniform"
@@ -129,22 +88,20 @@ def main():
         # calls per engine and round: about `seconds` of back-to-back work, timed after a warm-up
         count = {}
         for e in names:
-            sustained(calls[e], 3, energy)
-            ms, _ = sustained(calls[e], 20, energy)
+            sustained(calls[e], 3)
+            ms = sustained(calls[e], 20)
             count[e] = max(20, int(seconds * 1e3 / ms))
         samples = {e: [] for e in names}
         for r in range(rounds):
             for e in names[r % len(names):] + names[:r % len(names)]:
-                samples[e].append(sustained(calls[e], count[e], energy))
-        med = {e: (sorted(s[0] for s in samples[e])[rounds // 2], sorted(s[1] for s in samples[e])[rounds // 2])
-               for e in names}
-        torch_ms, torch_mj = med[TORCH]
+                samples[e].append(sustained(calls[e], count[e]))
+        med = {e: sorted(samples[e])[rounds // 2] for e in names}
         ref = torch_out.view(torch.int16)
         for e in names:
-            ms, mj = med[e]
+            ms = med[e]
             differing = "" if e == DENSE else 0 if e == TORCH else int((outs[e].view(torch.int16) != ref).sum())
-            print(f"{name},{dist},{e},{count[e]},{ms:.4f},{mj:.1f},{mj / ms:.0f},{torch_ms / ms:.3f},"
-                  f"{torch_mj / mj:.3f},{differing}", flush=True)
+            tflops = 2.0 * m * n * k / (ms * 1e-3) / 1e12
+            print(f"{name},{dist},{e},{count[e]},{ms:.4f},{tflops:.1f},{med[TORCH] / ms:.3f},{differing}", flush=True)
         for h in handles:
             lib.moenum_fprop_free(h)
     return 0
