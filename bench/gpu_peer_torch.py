@@ -10,6 +10,7 @@ N > 1 the engine column reads torch._grouped_mm.xN.
 """
 import argparse
 import math
+import os
 import sys
 
 import torch
@@ -26,6 +27,9 @@ SHAPES = [
     ("mixtral_fc1", 8, 16384, 28672, 4096),
     ("mixtral_fc2", 8, 16384, 4096, 14336),
 ]
+# MOENUM_GEMM_SHAPES=name,name,... keeps those shapes only, in every GEMM bench script (short runs).
+if os.environ.get("MOENUM_GEMM_SHAPES"):
+    SHAPES = [s for s in SHAPES if s[0] in os.environ["MOENUM_GEMM_SHAPES"].split(",")]
 
 
 def make_counts(groups, m, zipf):
