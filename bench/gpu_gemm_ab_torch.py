@@ -59,6 +59,38 @@ def tile_values(lib, names):
     return tiles
 
 
+def operands(g, m, n, k, device="cuda"):
+    """The bench's bf16 operands: the rows A [m, k] and the weights B [g, n, k], uniform in [-1/8, 1/8)."""
+    a = (torch.rand(m, k, device=device) - 0.5).mul_(0.25).to(torch.bfloat16)
+    b = (torch.rand(g, n, k, device=device) - 0.5).mul_(0.25).to(torch.bfloat16)
+    return a, b
+
+
+def routing(g, m, zipf, device="cuda"):
+    """make_counts' rows per group as torch takes them (int32 cumulative ends) and as moenum does
+    (int64 counts, and int64 offsets with groups + 1 entries)."""
+    counts = make_counts(g, m, zipf)
+    offs32 = torch.tensor(counts, device=device, dtype=torch.int32).cumsum(0, dtype=torch.int32)
+    counts64 = torch.tensor(counts, device=device, dtype=torch.int64)
+    offsets64 = torch.cat([torch.zeros(1, dtype=torch.int64, device=device), counts64.cumsum(0)])
+    return offs32, counts64, offsets64
+
+
+def moenum_plan(lib, tile, chunks, run, a, b, d, counts64, offsets64):
+    """(a call running moenum's plan of that tile, sub-groups and run on A = a, B = b into d, on
+    torch's current stream; the plan's handle, for moenum_fprop_free). Raises if no plan is made."""
+    g, n, k = b.shape
+    h = lib.moenum_fprop_new(tile, chunks, run, g, n, k, ctypes.c_void_p(b.data_ptr()))
+    if not h:
+        raise RuntimeError("moenum_fprop_new failed")
+    stream = torch.cuda.current_stream().cuda_stream
+
+    def call():
+        if lib.moenum_fprop_run(h, a.data_ptr(), d.data_ptr(), counts64.data_ptr(), offsets64.data_ptr(), stream):
+            raise RuntimeError("moenum_fprop_run failed")
+    return call, h
+
+
 def median_ms(calls, names, burst):
     """Median ms per call of each engine, timing `burst` back-to-back calls, rounds rotating the order."""
     times = {e: [] for e in names}
@@ -95,34 +127,21 @@ def open_capi(library, usage, tile_names):
 def main():
     library = sys.argv[1] if len(sys.argv) == 2 else None
     lib, tiles = open_capi(library, __doc__, [tile for _, tile, _, _ in ENGINES])
-    stream = torch.cuda.current_stream()
     print("shape,dist,calls,engine,ms,tflops,vs_torch,differing")
     for name, g, m, n, k in SHAPES:
-        a = (torch.rand(m, k, device="cuda") - 0.5).mul_(0.25).to(torch.bfloat16)
-        b = (torch.rand(g, n, k, device="cuda") - 0.5).mul_(0.25).to(torch.bfloat16)
+        a, b = operands(g, m, n, k)
         bt = b.transpose(-2, -1)
         for zipf in (False, True):
             # when each shape starts, to line the GPU's clock and power samples up with it
             print(f"{time.strftime('%Y/%m/%d %H:%M:%S')} {name} {'zipf1.2' if zipf else 'uniform'}", file=sys.stderr)
-            counts = make_counts(g, m, zipf)
-            offs32 = torch.tensor(counts, device="cuda", dtype=torch.int32).cumsum(0, dtype=torch.int32)
-            counts64 = torch.tensor(counts, device="cuda", dtype=torch.int64)
-            offsets64 = torch.cat([torch.zeros(1, dtype=torch.int64, device="cuda"), counts64.cumsum(0)])
+            offs32, counts64, offsets64 = routing(g, m, zipf)
             outs = {"torch._grouped_mm": torch._grouped_mm(a, bt, offs=offs32, out_dtype=torch.bfloat16)}
             calls = {"torch._grouped_mm": lambda: torch._grouped_mm(a, bt, offs=offs32, out_dtype=torch.bfloat16)}
             handles = []
             for engine, tile, chunks, run in ENGINES:
-                h = lib.moenum_fprop_new(tiles[tile], chunks, run, g, n, k, ctypes.c_void_p(b.data_ptr()))
-                if not h:
-                    return 1
-                handles.append(h)
                 outs[engine] = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
-
-                def run(h=h, d=outs[engine]):
-                    if lib.moenum_fprop_run(h, a.data_ptr(), d.data_ptr(), counts64.data_ptr(), offsets64.data_ptr(),
-                                            stream.cuda_stream):
-                        raise RuntimeError("moenum_fprop_run failed")
-                calls[engine] = run
+                calls[engine], h = moenum_plan(lib, tiles[tile], chunks, run, a, b, outs[engine], counts64, offsets64)
+                handles.append(h)
             names = list(calls)
             ref = outs["torch._grouped_mm"].view(torch.int16)
             for burst in (1, 5):

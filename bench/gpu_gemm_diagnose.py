@@ -13,39 +13,26 @@ shape,engine,ms,tflops,vs_torch.
 `ncu --profile-from-start off` (scripts/gpu-check.sh stage gemm-diagnose).
 --table FILE: one line per kernel of ncu's CSV (--csv --page details --print-units base) FILE, its metrics side by side.
 """
-import ctypes
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_gemm_ab_torch import median_ms, open_capi  # noqa: E402
-from gpu_peer_torch import SHAPES, make_counts  # noqa: E402
+from gpu_gemm_ab_torch import median_ms, moenum_plan, open_capi, operands, routing  # noqa: E402
+from gpu_peer_torch import SHAPES  # noqa: E402
 
 
 def engines(lib, g, m, n, k):
     """name -> zero-argument call, and the handle to free."""
-    a = (torch.rand(m, k, device="cuda") - 0.5).mul_(0.25).to(torch.bfloat16)
-    b = (torch.rand(g, n, k, device="cuda") - 0.5).mul_(0.25).to(torch.bfloat16)
+    a, b = operands(g, m, n, k)
     bt = b.transpose(-2, -1)
-    counts = make_counts(g, m, False)
-    offs32 = torch.tensor(counts, device="cuda", dtype=torch.int32).cumsum(0, dtype=torch.int32)
-    counts64 = torch.tensor(counts, device="cuda", dtype=torch.int64)
-    offsets64 = torch.cat([torch.zeros(1, dtype=torch.int64, device="cuda"), counts64.cumsum(0)])
+    offs32, counts64, offsets64 = routing(g, m, False)
     d = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
-    h = lib.moenum_fprop_new(0, -1, -1, g, n, k, ctypes.c_void_p(b.data_ptr()))
-    if not h:
-        raise RuntimeError("moenum_fprop_new failed")
-    stream = torch.cuda.current_stream().cuda_stream
-
-    def moenum():
-        if lib.moenum_fprop_run(h, a.data_ptr(), d.data_ptr(), counts64.data_ptr(), offsets64.data_ptr(), stream):
-            raise RuntimeError("moenum_fprop_run failed")
-
+    moenum, h = moenum_plan(lib, 0, -1, -1, a, b, d, counts64, offsets64)
     calls = {"torch._grouped_mm": lambda: torch._grouped_mm(a, bt, offs=offs32, out_dtype=torch.bfloat16),
              "gpu.grouped": moenum}
-    if len(set(counts)) == 1:
+    if bool((counts64 == counts64[0]).all()):
         a3 = a.view(g, m // g, k)
         calls["torch.bmm"] = lambda: torch.bmm(a3, bt)
     calls["torch.mm dense"] = lambda: torch.mm(a, bt[0])

@@ -18,8 +18,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_gemm_ab_torch import median_ms, open_capi  # noqa: E402
-from gpu_peer_torch import SHAPES, make_counts  # noqa: E402
+from gpu_gemm_ab_torch import median_ms, moenum_plan, open_capi, operands, routing  # noqa: E402
+from gpu_peer_torch import SHAPES  # noqa: E402
 
 # (shape, zipf, the configuration the automatic rule picks for those counts: fprop_tiles and
 # fprop_run in core/gpu/sm90/grouped_fprop.cu)
@@ -70,30 +70,19 @@ def main():
     library = sys.argv[1] if len(sys.argv) == 2 else None
     lib, tiles = open_capi(library, __doc__, ["auto"] + [tile for _, _, tile, _ in CASES])
     shapes = {name: (g, m, n, k) for name, g, m, n, k in SHAPES}
-    stream = torch.cuda.current_stream()
     print("shape,dist,engine,part,us_per_call")
     for name, zipf, tile, run in CASES:
         if name not in shapes:  # left out by MOENUM_GEMM_SHAPES
             continue
         g, m, n, k = shapes[name]
-        a = (torch.rand(m, k, device="cuda") - 0.5).mul_(0.25).to(torch.bfloat16)
-        b = (torch.rand(g, n, k, device="cuda") - 0.5).mul_(0.25).to(torch.bfloat16)
+        a, b = operands(g, m, n, k)
         d = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
-        counts64 = torch.tensor(make_counts(g, m, zipf), device="cuda", dtype=torch.int64)
-        offsets64 = torch.cat([torch.zeros(1, dtype=torch.int64, device="cuda"), counts64.cumsum(0)])
+        _, counts64, offsets64 = routing(g, m, zipf)
         plans = {AUTOMATIC: (tiles["auto"], -1), FORCED: (tiles[tile], run)}
         calls, handles = {}, []
         for plan, (value, plan_run) in plans.items():
-            h = lib.moenum_fprop_new(value, -1, plan_run, g, n, k, b.data_ptr())
-            if not h:
-                return 1
+            calls[plan], h = moenum_plan(lib, value, -1, plan_run, a, b, d, counts64, offsets64)
             handles.append(h)
-
-            def call(h=h):
-                if lib.moenum_fprop_run(h, a.data_ptr(), d.data_ptr(), counts64.data_ptr(), offsets64.data_ptr(),
-                                        stream.cuda_stream):
-                    raise RuntimeError("moenum_fprop_run failed")
-            calls[plan] = call
         elapsed = median_ms(calls, list(calls), BURST)
         parts = kernel_us(calls, 20)
         dist = "zipf1.2" if zipf else "uniform"

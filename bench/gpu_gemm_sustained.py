@@ -17,7 +17,6 @@ Prints CSV shape,dist,engine,calls,ms,tflops,vs_torch,differing (differing: elem
 differ from torch's output; empty for the dense product, which computes other values).
 (NVML's energy counter, tried here, changes every 100 ms on the H200: too coarse for these windows.)
 """
-import ctypes
 import sys
 import time
 from pathlib import Path
@@ -25,8 +24,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_gemm_ab_torch import ENGINES, open_capi  # noqa: E402
-from gpu_peer_torch import SHAPES, make_counts  # noqa: E402
+from gpu_gemm_ab_torch import ENGINES, moenum_plan, open_capi, operands, routing  # noqa: E402
+from gpu_peer_torch import SHAPES  # noqa: E402
 
 TORCH, DENSE = "torch._grouped_mm", "torch.mm dense"
 
@@ -54,36 +53,23 @@ def main():
     seconds, rounds = (0.4, 3) if sweep else (0.6, 5)
     cases = [(name, zipf) for name, *_ in SHAPES for zipf in ((False,) if sweep else (False, True))]
     shapes = {name: (g, m, n, k) for name, g, m, n, k in SHAPES}
-    stream = torch.cuda.current_stream()
     print("shape,dist,engine,calls,ms,tflops,vs_torch,differing")
     for name, zipf in cases:
         g, m, n, k = shapes[name]
         dist = "zipf1.2" if zipf else "uniform"
         print(f"{time.strftime('%Y/%m/%d %H:%M:%S')} {name} {dist}", file=sys.stderr)
-        a = (torch.rand(m, k, device="cuda") - 0.5).mul_(0.25).to(torch.bfloat16)
-        b = (torch.rand(g, n, k, device="cuda") - 0.5).mul_(0.25).to(torch.bfloat16)
+        a, b = operands(g, m, n, k)
         bt = b.transpose(-2, -1)
-        counts = make_counts(g, m, zipf)
-        offs32 = torch.tensor(counts, device="cuda", dtype=torch.int32).cumsum(0, dtype=torch.int32)
-        counts64 = torch.tensor(counts, device="cuda", dtype=torch.int64)
-        offsets64 = torch.cat([torch.zeros(1, dtype=torch.int64, device="cuda"), counts64.cumsum(0)])
+        offs32, counts64, offsets64 = routing(g, m, zipf)
         torch_out = torch._grouped_mm(a, bt, offs=offs32, out_dtype=torch.bfloat16)
         calls = {TORCH: lambda: torch._grouped_mm(a, bt, offs=offs32, out_dtype=torch.bfloat16)}
         if not sweep:
             calls[DENSE] = lambda: torch.mm(a, bt[0])
         outs, handles = {}, []
         for engine, tile, chunks, run in engines:
-            h = lib.moenum_fprop_new(tiles[tile], chunks, run, g, n, k, ctypes.c_void_p(b.data_ptr()))
-            if not h:
-                return 1
-            handles.append(h)
             outs[engine] = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
-
-            def grouped(h=h, d=outs[engine]):
-                if lib.moenum_fprop_run(h, a.data_ptr(), d.data_ptr(), counts64.data_ptr(), offsets64.data_ptr(),
-                                        stream.cuda_stream):
-                    raise RuntimeError("moenum_fprop_run failed")
-            calls[engine] = grouped
+            calls[engine], h = moenum_plan(lib, tiles[tile], chunks, run, a, b, outs[engine], counts64, offsets64)
+            handles.append(h)
         names = list(calls)
         # calls per engine and round: about `seconds` of back-to-back work, timed after a warm-up
         count = {}
