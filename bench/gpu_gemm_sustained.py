@@ -1,18 +1,19 @@
 """The grouped GEMMs held at the GPU's power limit: time per call, sustained.
 
-python3 bench/gpu_gemm_sustained.py BUILD/libmoenum_gemm_capi.so [--sweep]
+python3 bench/gpu_gemm_sustained.py BUILD/libmoenum_gemm_capi.so [--sweep | --sweep-zipf]
 
 In training the GEMMs run back to back for seconds and the GPU sits at its power limit, lowering its
 clock until it draws the limit. One call or a burst of five after an idle gap
 (bench/gpu_gemm_ab_torch.py) runs partly above that steady state, and a kernel that draws more
-power gains more there. Here each engine runs back to back for about 0.6 s per round (0.4 s with
---sweep; the host queues ahead, so no launch gap is timed), timed by CUDA events; rounds rotate the
-engine order; median of the rounds (5, or 3 with --sweep).
+power gains more there. Here each engine runs back to back for about 0.6 s per round (0.4 s in a
+sweep; the host queues ahead, so no launch gap is timed), timed by CUDA events; rounds rotate the
+engine order; median of the rounds (5, or 3 in a sweep).
   default: every shape and routing of bench/gpu_peer_torch.py; torch._grouped_mm, gpu.grouped's
            automatic choice and the dense ceiling (torch.mm of all the rows with one expert's
            weight: the same products without the other weights' traffic or any grouping).
   --sweep: the uniform cells, every configuration of bench/gpu_gemm_ab_torch.py's ENGINES forced
-           beside torch and the automatic choice.
+           beside torch and the automatic choice; --sweep-zipf: the same on the zipf s=1.2 cells.
+MOENUM_GEMM_SHAPES (bench/gpu_peer_torch.py) narrows the shapes.
 Prints CSV shape,dist,engine,calls,ms,tflops,vs_torch,differing (differing: elements whose bits
 differ from torch's output; empty for the dense product, which computes other values).
 (NVML's energy counter, tried here, changes every 100 ms on the H200: too coarse for these windows.)
@@ -45,13 +46,14 @@ def sustained(call, calls):
 
 def main():
     args = sys.argv[1:]
-    sweep = "--sweep" in args
-    args = [a for a in args if a != "--sweep"]
+    sweep_dists = {"--sweep": (False,), "--sweep-zipf": (True,)}
+    sweep = next((sweep_dists[a] for a in args if a in sweep_dists), None)
+    args = [a for a in args if a not in sweep_dists]
     library = args[0] if len(args) == 1 else None
     engines = [(e, tile, chunks, run) for e, tile, chunks, run in ENGINES if sweep or e == "gpu.grouped"]
     lib, tiles = open_capi(library, __doc__, [tile for _, tile, _, _ in engines])
     seconds, rounds = (0.4, 3) if sweep else (0.6, 5)
-    cases = [(name, zipf) for name, *_ in SHAPES for zipf in ((False,) if sweep else (False, True))]
+    cases = [(name, zipf) for name, *_ in SHAPES for zipf in (sweep or (False, True))]
     shapes = {name: (g, m, n, k) for name, g, m, n, k in SHAPES}
     print("shape,dist,engine,calls,ms,tflops,vs_torch,differing")
     for name, zipf in cases:
