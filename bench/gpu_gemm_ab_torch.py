@@ -11,6 +11,7 @@ tensors. Prints CSV shape,dist,calls,engine,ms,tflops,vs_torch,differing (differ
 bits differ from torch's output; the same per-element K order gives 0).
 """
 import ctypes
+import os
 import sys
 import time
 from pathlib import Path
@@ -35,6 +36,11 @@ ENGINES = [("gpu.grouped", "auto", -1, -1),
            ("gpu.grouped.pingpong_t192", "192x128 pingpong 1x2 transposed", -1, 1),
            ("gpu.grouped.pingpong_t192_r2", "192x128 pingpong 1x2 transposed", -1, 2),
            ("gpu.grouped.pingpong_t192_r4", "192x128 pingpong 1x2 transposed", -1, 4)]
+# MOENUM_GEMM_BENCH_ENGINES=name,name,... keeps those engines only (the automatic choice always), as
+# in bench/gpu_gemm_bench.cu: short sweeps.
+if os.environ.get("MOENUM_GEMM_BENCH_ENGINES"):
+    _kept = os.environ["MOENUM_GEMM_BENCH_ENGINES"].split(",")
+    ENGINES = [e for e in ENGINES if e[0] == "gpu.grouped" or e[0] in _kept]
 
 
 def load_capi(path):

@@ -13,7 +13,8 @@ engine order; median of the rounds (5, or 3 in a sweep).
            weight: the same products without the other weights' traffic or any grouping).
   --sweep: the uniform cells, every configuration of bench/gpu_gemm_ab_torch.py's ENGINES forced
            beside torch and the automatic choice; --sweep-zipf: the same on the zipf s=1.2 cells.
-MOENUM_GEMM_SHAPES (bench/gpu_peer_torch.py) narrows the shapes.
+MOENUM_GEMM_SHAPES (bench/gpu_peer_torch.py) narrows the shapes, MOENUM_GEMM_BENCH_ENGINES
+(bench/gpu_gemm_ab_torch.py) the engines.
 Prints CSV shape,dist,engine,calls,ms,tflops,vs_torch,differing (differing: elements whose bits
 differ from torch's output; empty for the dense product, which computes other values).
 (NVML's energy counter, tried here, changes every 100 ms on the H200: too coarse for these windows.)
