@@ -135,6 +135,7 @@ int main() {
       engines.emplace_back("gpu.grouped.pingpong", make_cutlass_sm90_engine({Tile::T128x128Pingpong, -1}));
       engines.emplace_back("gpu.grouped.pingpong_m2", make_cutlass_sm90_engine({Tile::T128x128PingpongM2, -1}));
       engines.emplace_back("gpu.grouped.pingpong_t", make_cutlass_sm90_engine({Tile::T128x128PingpongT, -1}));
+      engines.emplace_back("gpu.grouped.pingpong_t_m2", make_cutlass_sm90_engine({Tile::T128x128PingpongTM2, -1}));
       report_auto_choice(g, sh.name, zipf ? "zipf1.2" : "uniform", s);
 #endif
       engines.emplace_back("gpu.multistream", std::make_unique<CublasLtEngine>());

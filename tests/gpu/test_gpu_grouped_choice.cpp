@@ -60,9 +60,10 @@ std::vector<uint16_t> bf16_values(size_t n, uint32_t seed) {
   return v;
 }
 
-// One Fprop GEMM in the range where the choice is made on the device (N >= 1024): with K < 4096
-// between pingpong and its transposed form (small groups; 192 weight rows per tile when N is a
-// multiple of 192), with K >= 4096 between pingpong and the 128x256 tile (skewed counts).
+// One Fprop GEMM with N >= 1024, where the counts can decide: with K < 2048 between pingpong and its
+// transposed form (small groups), with K < 4096 and N a multiple of 192 the same pair 192 weight rows
+// wide, with other N between torch's 128x256 2x1 tile and the transposed 2x1 pingpong (skewed
+// counts); with K >= 4096 the 128x256 2x1 tile alone.
 struct FpropCase {
   static constexpr int kGroups = 8;
   static constexpr int64_t kRows = 8192, kN = 1024;
@@ -146,9 +147,9 @@ TEST_F(GpuGroupedChoice, AutomaticEngineMatchesBaseBitwise) {
   EXPECT_EQ(device_class(kSkewed), Class::kSkewed);
   using sm90::Tile;
   for (auto [k, n, even, small_groups, skewed] :
-       {std::tuple{int64_t{2048}, FpropCase::kN, Tile::T128x128Pingpong, Tile::T128x128PingpongT, Tile::T128x128Pingpong},
+       {std::tuple{int64_t{1024}, FpropCase::kN, Tile::T128x128Pingpong, Tile::T128x128PingpongT, Tile::T128x128Pingpong},
         std::tuple{int64_t{2048}, int64_t{1536}, Tile::T128x192Pingpong, Tile::T192x128PingpongT, Tile::T128x192Pingpong},
-        std::tuple{int64_t{4096}, FpropCase::kN, Tile::T128x128Pingpong, Tile::T128x128Pingpong, Tile::T128x256}}) {
+        std::tuple{int64_t{2048}, FpropCase::kN, Tile::T128x256M2, Tile::T128x256M2, Tile::T128x128PingpongTM2}}) {
     FpropCase c(k, FpropCase::kGroups, FpropCase::kRows, n);
     const sm90::FpropTiles tiles = sm90::fprop_tiles(c.g);
     ASSERT_TRUE(tiles.chosen_on_device()) << "K " << k << " should be a case where the counts decide";
@@ -170,6 +171,21 @@ TEST_F(GpuGroupedChoice, AutomaticEngineMatchesBaseBitwise) {
   ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(s));
 }
 
+// Long K loops: one configuration for every class of counts, bitwise the 128x128 tile's output.
+TEST_F(GpuGroupedChoice, LongKRunsOneConfiguration) {
+  FpropCase c(4096);
+  const sm90::FpropTiles tiles = sm90::fprop_tiles(c.g);
+  EXPECT_FALSE(tiles.chosen_on_device());
+  EXPECT_EQ(tiles.even, sm90::Tile::T128x256M2);
+  auto base = gpu::make_cutlass_sm90_engine({sm90::Tile::T128x128, 1});
+  auto automatic = gpu::make_cutlass_sm90_engine();
+  for (const auto* counts : kCountSets) {
+    c.set_counts(*counts, s);
+    EXPECT_EQ(c.run(*base, s), c.run(*automatic, s)) << set_name(counts);
+  }
+  ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(s));
+}
+
 // Every configuration of sm90::Tile, forced, on counts of every class and a K with a partial last
 // k-tile (zero-filled by TMA): bitwise the 128x128 tile's output.
 TEST_F(GpuGroupedChoice, EveryTileMatchesBaseBitwise) {
@@ -185,7 +201,7 @@ TEST_F(GpuGroupedChoice, EveryTileMatchesBaseBitwise) {
     }
     ++tiles;
   }
-  EXPECT_GE(tiles, 8) << "every configuration of Tile after T128x128";
+  EXPECT_GE(tiles, 9) << "every configuration of Tile after T128x128";
 }
 
 // Tiles dealt out in runs per cluster (run_scheduler.cuh), forced: bitwise CUTLASS's order. Enough
@@ -217,7 +233,7 @@ TEST_F(GpuGroupedChoice, RunsMatchCutlassOrderBitwise) {
 }
 
 TEST_F(GpuGroupedChoice, GraphReplayFollowsNewCounts) {
-  for (auto [k, n] : {std::pair<int64_t, int64_t>{2048, FpropCase::kN}, {2048, 1536}, {4096, FpropCase::kN}}) {
+  for (auto [k, n] : {std::pair<int64_t, int64_t>{1024, FpropCase::kN}, {2048, 1536}, {2048, FpropCase::kN}}) {
     FpropCase c(k, FpropCase::kGroups, FpropCase::kRows, n);
     auto base = gpu::make_cutlass_sm90_engine({sm90::Tile::T128x128, 1});
     std::vector<std::vector<uint16_t>> want;

@@ -21,6 +21,8 @@ using Pingpong192Kernel = GroupedKernel<LA, LB, D, 192, 2, 1, Pingpong>;
 using PingpongTransposed192Kernel =
     GroupedKernel<LA, LB, D, 128, 2, 1, Pingpong, cutlass::layout::ColumnMajor, 192>;
 using WideKernel = GroupedKernel<LA, LB, D, 256, 2>;
+using WideM2Kernel = GroupedKernel<LA, LB, D, 256, 1, 2>;
+using PingpongTransposedM2Kernel = GroupedKernel<LA, LB, D, 128, 1, 2, Pingpong, cutlass::layout::ColumnMajor>;
 
 // The one map from a configuration of Tile to its kernel type: returns f(kernel{}) (Auto: the
 // 128x128 cooperative kernel, the default plan's).
@@ -30,13 +32,14 @@ auto with_tile_kernel(Tile tile, F&& f) {
     case Tile::Auto:
     case Tile::T128x128: return f(GroupedKernel<LA, LB, D>{});
     case Tile::T128x256: return f(WideKernel{});
-    case Tile::T128x256M2: return f(GroupedKernel<LA, LB, D, 256, 1, 2>{});
+    case Tile::T128x256M2: return f(WideM2Kernel{});
     case Tile::T128x192: return f(GroupedKernel<LA, LB, D, 192, 2>{});
     case Tile::T128x128Pingpong: return f(PingpongKernel{});
     case Tile::T128x128PingpongM2: return f(GroupedKernel<LA, LB, D, 128, 1, 2, Pingpong>{});
     case Tile::T128x128PingpongT: return f(PingpongTransposedKernel{});
     case Tile::T128x192Pingpong: return f(Pingpong192Kernel{});
     case Tile::T192x128PingpongT: return f(PingpongTransposed192Kernel{});
+    case Tile::T128x128PingpongTM2: return f(PingpongTransposedM2Kernel{});
     case Tile::kCount: break;
   }
   throw InternalError("no tile configuration " + std::to_string(static_cast<int>(tile)));
@@ -60,6 +63,7 @@ const char* tile_name(Tile t) {
     case Tile::T128x128PingpongT: return "128x128 pingpong 1x2 transposed";
     case Tile::T128x192Pingpong: return "128x192 pingpong 1x2";
     case Tile::T192x128PingpongT: return "192x128 pingpong 1x2 transposed";
+    case Tile::T128x128PingpongTM2: return "128x128 pingpong 2x1 transposed";
     case Tile::kCount: break;
   }
   return "?";
@@ -102,15 +106,16 @@ const char* counts_class_name(CountsClass c) {
 // (bench/gpu_gemm_sustained.py) every configuration lands within 0.94-1.08x torch on uniform counts,
 // and torch's own 128x256 2x1 tile is the fastest on DeepSeek-V3 FC1, Qwen3.5-35B FC1 and Mixtral
 // FC2 uniform (1.00-1.01x, the rule's 0.95-0.99x); skewed counts keep their lead (1.02-1.22x).
-static constexpr int64_t kLongK = 4096;
+static constexpr int64_t kMidK = 2048, kLongK = 4096;
 
 FpropTiles fprop_tiles(const GroupedGemmDesc& g) {
   if (g.kind != GemmKind::Fprop || g.n < 1024 || g.n % 64 != 0)
     return {Tile::T128x128, Tile::T128x128, Tile::T128x128};
   if (g.k < kLongK && g.n % 192 == 0)
     return {Tile::T128x192Pingpong, Tile::T192x128PingpongT, Tile::T128x192Pingpong};
-  if (g.k < kLongK) return {Tile::T128x128Pingpong, Tile::T128x128PingpongT, Tile::T128x128Pingpong};
-  return {Tile::T128x128Pingpong, Tile::T128x128Pingpong, Tile::T128x256};
+  if (g.k < kMidK) return {Tile::T128x128Pingpong, Tile::T128x128PingpongT, Tile::T128x128Pingpong};
+  if (g.k < kLongK) return {Tile::T128x256M2, Tile::T128x256M2, Tile::T128x128PingpongTM2};
+  return {Tile::T128x256M2, Tile::T128x256M2, Tile::T128x256M2};
 }
 
 // Tiles per cluster run (run_scheduler.cuh), for the transposed pingpongs only: there each cluster
@@ -128,7 +133,11 @@ FpropTiles fprop_tiles(const GroupedGemmDesc& g) {
 // gpt-oss FC1 (4) level with runs of 2.
 // Other configurations: runs of 1 (no gain where the groups are large, losses on skewed counts).
 int fprop_run(const GroupedGemmDesc& g, Tile t, int sm_count) {
-  if (!tile_transposed(t)) return 1;
+  const bool shares_weights = with_tile_kernel(t, [](auto kernel) {
+    using K = decltype(kernel);
+    return K::kTransposed && cute::size<1>(typename K::ClusterShape{}) == 2;
+  });
+  if (!shares_weights) return 1;
   int dev = 0, l2 = 0;
   MOENUM_CUDA_CHECK(cudaGetDevice(&dev));
   MOENUM_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
@@ -313,7 +322,7 @@ std::unique_ptr<GroupedGemmPlan> make_fprop_plan(const GroupedGemmDesc& g, const
     return choice(PingpongKernel{}, PingpongTransposedKernel{});
   if (pair_is(Tile::T128x192Pingpong, Tile::T192x128PingpongT))
     return choice(Pingpong192Kernel{}, PingpongTransposed192Kernel{});
-  if (pair_is(Tile::T128x128Pingpong, Tile::T128x256)) return choice(PingpongKernel{}, WideKernel{});
+  if (pair_is(Tile::T128x256M2, Tile::T128x128PingpongTM2)) return choice(WideM2Kernel{}, PingpongTransposedM2Kernel{});
   throw InternalError(std::string("no ChoicePlan for ") + tile_name(tiles.even) + " / " + tile_name(second.tile));
 }
 }  // namespace moenum::gpu::sm90
