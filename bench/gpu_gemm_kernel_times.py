@@ -2,8 +2,8 @@
 
 python3 bench/gpu_gemm_kernel_times.py BUILD/libmoenum_gemm_capi.so
 
-gpu.grouped's automatic plan launches choose_and_fill and either_gemm (both configurations of a pair
-in one kernel); the forced plan fill_groups and CUTLASS's kernel. For a few shapes this times bursts
+gpu.grouped's automatic plan launches choose_and_fill and chosen_gemm (every configuration it picks
+among in one kernel); the forced plan fill_groups and CUTLASS's kernel. For a few shapes this times bursts
 of five calls of each (CUDA events, median of 20, as bench/gpu_gemm_ab_torch.py) and takes every
 kernel's GPU time from torch.profiler, so the difference splits into the fill kernel, the GEMM
 kernel and the gaps between them. Both plans are profiled in one session, their bursts interleaved
@@ -23,17 +23,20 @@ from gpu_peer_torch import SHAPES  # noqa: E402
 
 # (shape, zipf, the configuration the automatic rule picks for those counts: fprop_tiles and
 # fprop_run in core/gpu/sm90/grouped_fprop.cu)
-CASES = [("qwen3_30b_fc2", False, "128x128 pingpong 1x2 transposed", 8),
+CASES = [("qwen3_30b_fc2", False, "128x128 pingpong 1x2 transposed", 4),
          ("qwen3_30b_fc2", True, "128x128 pingpong 1x2", 1),
-         ("qwen3_30b_fc1", False, "192x128 pingpong 1x2 transposed", 2),
-         ("gpt_oss_120b_fc1", False, "192x128 pingpong 1x2 transposed", 4)]
+         ("qwen3_30b_fc1", False, "192x128 pingpong 1x2 transposed", 1),
+         ("gpt_oss_120b_fc1", False, "192x128 pingpong 1x2 transposed", 2),
+         ("dsv3_fc2_ep8", False, "128x128 pingpong 2x1", 1),
+         ("qwen3.5_35b_fc1", False, "128x256 coop 2x1", 1),
+         ("qwen3.5_35b_fc1", True, "128x128 pingpong 2x1 transposed", 1)]
 BURST = 5
 
 
 # The kernels of the two plans (CUPTI names them mangled): {name in the mangled name: (plan, name)}.
 AUTOMATIC = "gpu.grouped"
 FORCED = "forced"
-KERNELS = {"choose_and_fill": (AUTOMATIC, "choose_and_fill"), "either_gemm": (AUTOMATIC, "either_gemm"),
+KERNELS = {"choose_and_fill": (AUTOMATIC, "choose_and_fill"), "chosen_gemm": (AUTOMATIC, "chosen_gemm"),
            "fill_groups": (FORCED, "fill_groups"), "device_kernel": (FORCED, "CUTLASS device_kernel")}
 
 

@@ -2,8 +2,13 @@
 // The tile configurations of Tile (grouped_sm90.h) and the automatic choice among them (fprop_tiles).
 #include <cutlass/cluster_launch.hpp>
 
+#include <algorithm>
+#include <array>
 #include <string>
+#include <tuple>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "sm90/grouped_sm90.cuh"
 
@@ -22,6 +27,7 @@ using PingpongTransposed192Kernel =
     GroupedKernel<LA, LB, D, 128, 2, 1, Pingpong, cutlass::layout::ColumnMajor, 192>;
 using WideKernel = GroupedKernel<LA, LB, D, 256, 2>;
 using WideM2Kernel = GroupedKernel<LA, LB, D, 256, 1, 2>;
+using PingpongM2Kernel = GroupedKernel<LA, LB, D, 128, 1, 2, Pingpong>;
 using PingpongTransposedM2Kernel = GroupedKernel<LA, LB, D, 128, 1, 2, Pingpong, cutlass::layout::ColumnMajor>;
 
 // The one map from a configuration of Tile to its kernel type: returns f(kernel{}) (Auto: the
@@ -35,7 +41,7 @@ auto with_tile_kernel(Tile tile, F&& f) {
     case Tile::T128x256M2: return f(WideM2Kernel{});
     case Tile::T128x192: return f(GroupedKernel<LA, LB, D, 192, 2>{});
     case Tile::T128x128Pingpong: return f(PingpongKernel{});
-    case Tile::T128x128PingpongM2: return f(GroupedKernel<LA, LB, D, 128, 1, 2, Pingpong>{});
+    case Tile::T128x128PingpongM2: return f(PingpongM2Kernel{});
     case Tile::T128x128PingpongT: return f(PingpongTransposedKernel{});
     case Tile::T128x192Pingpong: return f(Pingpong192Kernel{});
     case Tile::T192x128PingpongT: return f(PingpongTransposed192Kernel{});
@@ -78,34 +84,33 @@ const char* counts_class_name(CountsClass c) {
   return "?";
 }
 
-// The automatic choice, from the H200 bench (torch._grouped_mm and every configuration timed round
-// by round in one process, bench/gpu_gemm_ab_torch.py; every shape with uniform and zipf s=1.2
-// counts; bench/RESULTS.md):
+// The automatic choice, tuned where training runs: the H200 held at its power limit
+// (bench/gpu_gemm_sustained.py: every configuration back to back for seconds beside
+// torch._grouped_mm in one process; every shape with uniform and zipf s=1.2 counts; bench/RESULTS.md).
+// There the clock, not the tile, bounds the large uniform GEMMs: torch's own configuration (128x256
+// cooperative, 2x1 cluster) forced through moenum lands at 0.99-1.01x torch on every uniform cell.
 //   N < 1024 or not a multiple of 64: 128x128 cooperative (too few wide tiles to fill the machine);
-//   K < 4096: 128x128 pingpong 1x2 (one warp group's epilogue under the other's mainloop, A shared
-//              by multicast: 1.01-1.39x), except for small groups (balanced, at most four M tiles of
-//              128 rows per group on average): there a group's B (N x K) outweighs its A, and the
-//              same kernel on the transposed problem (D^T = B_e . A^T) shares B instead (Qwen3.5-35B
-//              FC1 uniform 1.03-1.05x against 0.93-1.02x for the 2x1 cluster that shares B by
-//              rounding each group's M tiles up to an even count, which costs skewed counts 5-30%;
-//              Qwen3-30B uniform, 512 rows per group, transposed with runs (fprop_run): FC1
-//              1.07-1.19x, FC2 1.19-1.20x against 1.06-1.16x and 1.09-1.10x untransposed);
-//   K < 4096 and N a multiple of 192: the same pair with tiles 192 weight rows wide (128x192
-//              pingpong; 192x128 on the transposed problem), which read 17% less through L2 per
-//              product. Two runs against the 128-wide pair, one call / five: skewed Qwen3-30B FC1 and
-//              gpt-oss FC1/FC2 1.20-1.35x against 1.17-1.28x; small groups Qwen3-30B FC1 1.18-1.20 /
-//              1.11-1.12x against 1.16-1.17 / 1.09x, gpt-oss FC2 1.24 / 1.14-1.16x against 1.17-1.18
-//              / 1.07-1.10x, gpt-oss FC1 1.16-1.17 / 1.10x against 1.13-1.14 / 1.10x;
-//   K >= 4096: 128x128 pingpong, or for skewed counts the 128x256 tile (DeepSeek-V3 FC1 zipf: 1.01x
-//              torch against pingpong's 0.88-0.94x; Mixtral FC1/FC2 zipf 1.03-1.09x).
-// Each pair has one cluster shape (1x2) and thread count, so one kernel launch runs either
-// (ChoicePlan). Not chosen: 2x2 clusters (slower than 1x2 on every shape); the 2x1 clusters of the
-// pingpong tiles (no faster on even counts, 5-30% slower on skewed ones); 256x128 and 256x192
-// cooperative tiles (0.93-1.16x: behind pingpong on every 128/256-expert shape).
-// These figures are one call or five after an idle gap. Held at the H200's power limit for seconds
-// (bench/gpu_gemm_sustained.py) every configuration lands within 0.94-1.08x torch on uniform counts,
-// and torch's own 128x256 2x1 tile is the fastest on DeepSeek-V3 FC1, Qwen3.5-35B FC1 and Mixtral
-// FC2 uniform (1.00-1.01x, the rule's 0.95-0.99x); skewed counts keep their lead (1.02-1.22x).
+//   K >= 4096: torch's 128x256 2x1 tile for every class of counts (DeepSeek-V3 FC1, Mixtral FC1/FC2:
+//              1.00-1.03x, where the 1x2 pingpong and 128x256 1x2 tiles gave 0.95-0.98x on
+//              DeepSeek-V3 FC1 and Mixtral FC2 uniform);
+//   K < 4096 and N a multiple of 192: 128x192 pingpong 1x2 (one warp group's epilogue under the
+//              other's mainloop, A shared by multicast, 17% less L2 traffic per product than
+//              128x128), and for small groups (balanced, at most four M tiles of 128 rows per group
+//              on average: a group's B outweighs its A) the same kernel on the transposed problem
+//              D^T = B_e . A^T, 192x128, which shares B instead (Qwen3-30B FC1, gpt-oss FC1/FC2:
+//              0.99-1.03x uniform, 1.14-1.22x skewed);
+//   2048 <= K < 4096, other N: three 2x1 configurations (DeepSeek-V3 FC2, Qwen3.5-35B FC1): even
+//              counts the 128x128 pingpong (1.03x, torch's tile 1.01x); small groups torch's tile
+//              (1.00x, the transposed 1x2 pingpong 0.96x); skewed counts the pingpong on the
+//              transposed problem, which shares A without rounding a group's row tiles up to an even
+//              count (1.01-1.20x; the untransposed 2x1 pingpong 0.92-0.96x);
+//   K < 2048: the 128x128 pingpong 1x2 pair, transposed for small groups (Qwen3-30B FC2, Qwen3.5-35B
+//              FC2: 1.05-1.19x).
+// A choice among configurations of one cluster shape and thread count is one kernel launch
+// (ChoicePlan). Not chosen: 2x2 clusters (slower than 1x2 on every shape); 256x128 and 256x192
+// cooperative tiles (behind pingpong on every 128/256-expert shape). One call or five after an idle
+// gap (bench/gpu_gemm_ab_torch.py) runs above the power limit's clock and favours other tiles by a
+// few percent; those figures are in bench/RESULTS.md.
 static constexpr int64_t kMidK = 2048, kLongK = 4096;
 
 FpropTiles fprop_tiles(const GroupedGemmDesc& g) {
@@ -114,23 +119,19 @@ FpropTiles fprop_tiles(const GroupedGemmDesc& g) {
   if (g.k < kLongK && g.n % 192 == 0)
     return {Tile::T128x192Pingpong, Tile::T192x128PingpongT, Tile::T128x192Pingpong};
   if (g.k < kMidK) return {Tile::T128x128Pingpong, Tile::T128x128PingpongT, Tile::T128x128Pingpong};
-  if (g.k < kLongK) return {Tile::T128x256M2, Tile::T128x256M2, Tile::T128x128PingpongTM2};
+  if (g.k < kLongK) return {Tile::T128x128PingpongM2, Tile::T128x256M2, Tile::T128x128PingpongTM2};
   return {Tile::T128x256M2, Tile::T128x256M2, Tile::T128x256M2};
 }
 
-// Tiles per cluster run (run_scheduler.cuh), for the transposed pingpongs only: there each cluster
-// column holds 2 x 128 rows of one group, which all of that group's weight tiles (consecutive in
-// CUTLASS's order; counted as N / 128 for both tile widths) read, so a wave of C clusters in runs
+// Tiles per cluster run (run_scheduler.cuh), for the transposed 1x2 pingpongs only: there each
+// cluster column holds 2 x 128 rows of one group, which all of that group's weight tiles (consecutive
+// in CUTLASS's order; counted as N / 128 for both tile widths) read, so a wave of C clusters in runs
 // of r keeps C * r / (N / 128) such row blocks of 256 x K in flight. The rule: the longest run in
-// {1, 2, 4, 8} whose row blocks take at most a quarter of L2 (12.5 MiB on the H200). H200 bench,
-// two runs, forced runs of 1 / the rule's (bench/RESULTS.md): Qwen3.5-35B FC2 uniform (8)
-// 1.07-1.13x / 1.20-1.26x torch, Qwen3-30B FC2 (8) 1.09-1.11x / 1.19-1.20x, gpt-oss FC1 (4)
-// 1.05-1.07x / 1.10-1.12x, gpt-oss FC2 (2) 1.05-1.14x / 1.07-1.16x, Qwen3-30B FC1 (2) 1.05-1.17x /
-// 1.07-1.19x; one step longer, over the quarter, loses 1-11% (Qwen3.5-35B FC1: runs of 2, 16.5 MiB,
-// 0.98-1.10x against 1.03-1.15x for runs of 1).
-// With the 192-row tile the same count of N / 128 (not N / 192, which halves every run here) measured
-// best in four runs: Qwen3-30B FC1 runs of 2 1-2% ahead of runs of 1, gpt-oss FC2 (2) 0-2% ahead,
-// gpt-oss FC1 (4) level with runs of 2.
+// {1, 2, 4, 8} whose row blocks take at most an eighth of L2 (6.25 MiB on the H200). Held at the
+// power limit (bench/RESULTS.md, two sweeps): Qwen3-30B FC1 runs of 1 1.019-1.025x torch against
+// 1.007-1.016x for 2 (a quarter of L2); gpt-oss FC1 2, 1.011-1.014x against 0.996-0.998x for 4;
+// Qwen3-30B FC2 and Qwen3.5-35B FC2 4, within 0.7-0.9% of 8. One call after an idle gap favours
+// longer runs (a quarter of L2: Qwen3.5-35B FC2 uniform runs of 8 1.20-1.26x against 1.07-1.13x for 1).
 // Other configurations: runs of 1 (no gain where the groups are large, losses on skewed counts).
 int fprop_run(const GroupedGemmDesc& g, Tile t, int sm_count) {
   const bool shares_weights = with_tile_kernel(t, [](auto kernel) {
@@ -144,7 +145,7 @@ int fprop_run(const GroupedGemmDesc& g, Tile t, int sm_count) {
   const int64_t clusters = sm_count / 2, weight_tiles = (g.n + 127) / 128;
   const int64_t block_bytes = 256 * g.k * 2;
   int run = 1;
-  while (run < 8 && clusters * (2 * run) * block_bytes <= weight_tiles * (l2 / 4)) run *= 2;
+  while (run < 8 && clusters * (2 * run) * block_bytes <= weight_tiles * (l2 / 8)) run *= 2;
   return run;
 }
 
@@ -210,95 +211,124 @@ std::unique_ptr<GroupedGemmPlan> make_tile_plan(const GroupedGemmDesc& g, Tile t
   });
 }
 
-// Fills the chosen plan's problem array: every block reduces the counts (max, sum) itself, so the
-// class needs no launch of its own; block 0 records the choice for the GEMM kernel.
-template <class ED>
-__global__ void choose_and_fill(FillTarget<ED> first, FillTarget<ED> second, unsigned second_for, int groups,
-                                const int64_t* counts, const int64_t* offsets, int* choice) {
+// What choose_and_fill needs: every configuration's fill target, and which one each class of counts
+// runs (indexed by CountsClass).
+template <class ED, int kConfigs>
+struct ChoiceFill {
+  FillTarget<ED> target[kConfigs];
+  int config_of_class[3];
+};
+
+// Fills the chosen configuration's problem array: every block reduces the counts (max, sum) itself,
+// so the class needs no launch of its own; block 0 records the choice for the GEMM kernel.
+template <class ED, int kConfigs>
+__global__ void choose_and_fill(const ChoiceFill<ED, kConfigs> f, int groups, const int64_t* counts,
+                                const int64_t* offsets, int* choice) {
   constexpr int kThreads = 128;
   const int t = threadIdx.x;
   const CountsClass counts_class = block_counts_class<kThreads>(counts, groups);
-  const int which = second_for >> static_cast<int>(counts_class) & 1u;
+  const int which = f.config_of_class[static_cast<int>(counts_class)];
   if (blockIdx.x == 0 && t == 0) *choice = which;
-  const FillTarget<ED>& f = which ? second : first;
+  const FillTarget<ED>& target = f.target[which];
   const int i = blockIdx.x * kThreads + t;
-  if (i < groups * f.chunks) fill_entry(f, groups, i, counts, offsets);
+  if (i < groups * target.chunks) fill_entry(target, groups, i, counts, offsets);
 }
 
-// Runs one of two CUTLASS kernels of the same cluster shape and thread count, as *choice says.
-// Every CTA reads the same value, so each cluster runs one kernel whole.
-template <class KA, class KB>
-__global__ void __launch_bounds__(KA::MaxThreadsPerBlock, KA::MinBlocksPerMultiprocessor)
-    either_gemm(CUTLASS_GRID_CONSTANT typename KA::Params const pa, CUTLASS_GRID_CONSTANT typename KB::Params const pb,
-                const int* choice) {
+template <class... Ks>
+using FirstOf = std::tuple_element_t<0, std::tuple<Ks...>>;
+
+// Runs one of the CUTLASS kernels Ks (one cluster shape and thread count), as *choice says. Every
+// CTA reads the same value, so each cluster runs one kernel whole.
+template <class... Ks>
+__global__ void __launch_bounds__(FirstOf<Ks...>::MaxThreadsPerBlock, FirstOf<Ks...>::MinBlocksPerMultiprocessor)
+    chosen_gemm(CUTLASS_GRID_CONSTANT typename Ks::Params const... params, const int* choice) {
   extern __shared__ char smem[];
-  if (*choice == 0) {
-    KA op;
-    op(pa, smem);
-  } else {
-    KB op;
-    op(pb, smem);
-  }
+  const int which = *choice;
+  int index = 0;
+  auto run_if_chosen = [&](auto op, const auto& p) {
+    if (which == index++) op(p, smem);
+  };
+  (run_if_chosen(Ks{}, params), ...);
 }
 
-// Two configurations picked on the device from the counts, in two launches (fill, GEMM) like one
-// plan: no host read, graph-capturable, and nothing launched for the configuration not chosen.
-template <class A, class B>
+// Configurations picked on the device from the counts, in two launches (fill, GEMM) like one plan:
+// no host read, graph-capturable, and nothing launched for the configurations not chosen.
+template <class... Cs>
 class ChoicePlan final : public GroupedGemmPlan {
-  using KA = typename A::Kernel;
-  using KB = typename B::Kernel;
-  static_assert(std::is_same_v<typename A::ClusterShape, typename B::ClusterShape>, "one launch: one cluster shape");
-  static_assert(KA::MaxThreadsPerBlock == KB::MaxThreadsPerBlock && KA::MinBlocksPerMultiprocessor == KB::MinBlocksPerMultiprocessor);
-  static constexpr int kSmemBytes = std::max<int>(KA::SharedStorageSize, KB::SharedStorageSize);
+  static constexpr int kConfigs = sizeof...(Cs);
+  using First = FirstOf<Cs...>;
+  using FirstKernel = typename First::Kernel;
+  static_assert((std::is_same_v<typename Cs::ClusterShape, typename First::ClusterShape> && ...),
+                "one launch: one cluster shape");
+  static_assert(((Cs::Kernel::MaxThreadsPerBlock == FirstKernel::MaxThreadsPerBlock &&
+                  Cs::Kernel::MinBlocksPerMultiprocessor == FirstKernel::MinBlocksPerMultiprocessor) && ...));
+  static constexpr int kSmemBytes = std::max({static_cast<int>(Cs::Kernel::SharedStorageSize)...});
+  static constexpr auto kKernel = chosen_gemm<typename Cs::Kernel...>;
 
  public:
-  ChoicePlan(const GroupedGemmDesc& g, int chunks, int64_t chunk_rows, int first_run, int second_run, unsigned second_for)
-      : first_(g, chunks, chunk_rows, first_run), second_(g, chunks, chunk_rows, second_run), second_for_(second_for),
+  ChoicePlan(const GroupedGemmDesc& g, int chunks, int64_t chunk_rows, const std::array<int, kConfigs>& runs,
+             const std::array<int, 3>& config_of_class)
+      : plans_(make_plans(g, chunks, chunk_rows, runs, std::index_sequence_for<Cs...>{})),
+        config_of_class_(config_of_class),
         choice_(1) {
-    grid_ = KA::get_grid_shape(first_.params());
-    const dim3 other = KB::get_grid_shape(second_.params());
-    if (grid_.x != other.x || grid_.y != other.y || grid_.z != other.z)
-      throw InternalError("ChoicePlan: the two configurations want different persistent grids");
-    MOENUM_CUDA_CHECK(cudaFuncSetAttribute(either_gemm<KA, KB>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+    grid_ = FirstKernel::get_grid_shape(std::get<0>(plans_)->params());
+    const bool same_grid = (same_dims(Cs::Kernel::get_grid_shape(std::get<std::unique_ptr<Plan<Cs>>>(plans_)->params())) && ...);
+    if (!same_grid) throw InternalError("ChoicePlan: the configurations want different persistent grids");
+    MOENUM_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   }
 
   void launch(const GroupedGemmDesc& g, cudaStream_t s) override {
-    const int entries = std::max(first_.entries(), second_.entries());
-    choose_and_fill<D><<<(entries + 127) / 128, 128, 0, s>>>(first_.fill_target(g), second_.fill_target(g), second_for_,
-                                                            g.groups, g.counts, g.offsets, choice_.get());
+    ChoiceFill<D, kConfigs> f{};
+    int entries = 0;
+    std::apply(
+        [&](const auto&... plan) {
+          int i = 0;
+          ((f.target[i++] = plan->fill_target(g), entries = std::max(entries, plan->entries())), ...);
+        },
+        plans_);
+    std::copy(config_of_class_.begin(), config_of_class_.end(), f.config_of_class);
+    choose_and_fill<D, kConfigs><<<(entries + 127) / 128, 128, 0, s>>>(f, g.groups, g.counts, g.offsets, choice_.get());
     MOENUM_CUDA_LAUNCH_CHECK();
-    using Cluster = typename A::ClusterShape;
-    const cutlass::ClusterLaunchParams lp{grid_, KA::get_block_shape(),
+    using Cluster = typename First::ClusterShape;
+    const cutlass::ClusterLaunchParams lp{grid_, FirstKernel::get_block_shape(),
                                           dim3(cute::size<0>(Cluster{}), cute::size<1>(Cluster{}), 1), kSmemBytes, s};
-    const void* kernel = reinterpret_cast<const void*>(&either_gemm<KA, KB>);
-    MOENUM_CUTLASS_CHECK(cutlass::launch_kernel_on_cluster(lp, kernel, first_.params(), second_.params(), choice_.get()));
+    std::apply(
+        [&](const auto&... plan) {
+          MOENUM_CUTLASS_CHECK(cutlass::launch_kernel_on_cluster(lp, reinterpret_cast<const void*>(kKernel),
+                                                                 plan->params()..., choice_.get()));
+        },
+        plans_);
   }
 
  private:
-  Plan<A> first_;
-  Plan<B> second_;
-  unsigned second_for_;
+  template <size_t... I>
+  static std::tuple<std::unique_ptr<Plan<Cs>>...> make_plans(const GroupedGemmDesc& g, int chunks, int64_t chunk_rows,
+                                                             const std::array<int, kConfigs>& runs,
+                                                             std::index_sequence<I...>) {
+    return {std::make_unique<Plan<Cs>>(g, chunks, chunk_rows, runs[I])...};
+  }
+  bool same_dims(dim3 d) const { return d.x == grid_.x && d.y == grid_.y && d.z == grid_.z; }
+
+  std::tuple<std::unique_ptr<Plan<Cs>>...> plans_;
+  std::array<int, 3> config_of_class_;
   DeviceBuffer<int> choice_;
   dim3 grid_;
 };
 
-// The configuration other than tiles.even that some classes of counts pick, and those classes as
-// a bit mask. A ChoicePlan runs two configurations, so a third is an error.
-struct SecondTile {
-  Tile tile;
-  unsigned classes = 0;
+// The distinct configurations of tiles (even first) and, for each CountsClass, its index among them.
+struct DistinctTiles {
+  std::vector<Tile> tiles;
+  std::array<int, 3> config_of_class{};
 };
-SecondTile second_tile(const FpropTiles& tiles) {
-  SecondTile second{tiles.even};
+DistinctTiles distinct_tiles(const FpropTiles& tiles) {
+  DistinctTiles d;
   for (CountsClass c : {CountsClass::kEven, CountsClass::kSmallGroups, CountsClass::kSkewed}) {
     const Tile t = tiles.for_class(c);
-    if (t == tiles.even) continue;
-    if (second.classes != 0 && t != second.tile)
-      throw InternalError("the automatic Fprop choice picks among more than two configurations");
-    second.tile = t;
-    second.classes |= 1u << static_cast<int>(c);
+    auto it = std::find(d.tiles.begin(), d.tiles.end(), t);
+    if (it == d.tiles.end()) it = d.tiles.insert(d.tiles.end(), t);
+    d.config_of_class[static_cast<int>(c)] = static_cast<int>(it - d.tiles.begin());
   }
-  return second;
+  return d;
 }
 
 }  // namespace
@@ -312,17 +342,20 @@ std::unique_ptr<GroupedGemmPlan> make_fprop_plan(const GroupedGemmDesc& g, const
   if (o.tile != Tile::Auto) return make_tile_plan(g, o.tile, chunks, o.chunk_rows, run(o.tile));
   const FpropTiles tiles = fprop_tiles(g);
   if (!tiles.chosen_on_device()) return make_tile_plan(g, tiles.even, chunks, o.chunk_rows, run(tiles.even));
-  const SecondTile second = second_tile(tiles);
-  auto choice = [&](auto even_kernel, auto second_kernel) -> std::unique_ptr<GroupedGemmPlan> {
-    return std::make_unique<ChoicePlan<decltype(even_kernel), decltype(second_kernel)>>(
-        g, chunks, o.chunk_rows, run(tiles.even), run(second.tile), second.classes);
+  const DistinctTiles d = distinct_tiles(tiles);
+  auto choice = [&](auto... kernels) -> std::unique_ptr<GroupedGemmPlan> {
+    std::array<int, sizeof...(kernels)> runs{};
+    for (size_t i = 0; i < runs.size(); ++i) runs[i] = run(d.tiles[i]);
+    return std::make_unique<ChoicePlan<decltype(kernels)...>>(g, chunks, o.chunk_rows, runs, d.config_of_class);
   };
-  auto pair_is = [&](Tile even, Tile other) { return tiles.even == even && second.tile == other; };
-  if (pair_is(Tile::T128x128Pingpong, Tile::T128x128PingpongT))
-    return choice(PingpongKernel{}, PingpongTransposedKernel{});
-  if (pair_is(Tile::T128x192Pingpong, Tile::T192x128PingpongT))
+  auto tiles_are = [&](std::initializer_list<Tile> want) { return std::equal(want.begin(), want.end(), d.tiles.begin(), d.tiles.end()); };
+  if (tiles_are({Tile::T128x128Pingpong, Tile::T128x128PingpongT})) return choice(PingpongKernel{}, PingpongTransposedKernel{});
+  if (tiles_are({Tile::T128x192Pingpong, Tile::T192x128PingpongT}))
     return choice(Pingpong192Kernel{}, PingpongTransposed192Kernel{});
-  if (pair_is(Tile::T128x256M2, Tile::T128x128PingpongTM2)) return choice(WideM2Kernel{}, PingpongTransposedM2Kernel{});
-  throw InternalError(std::string("no ChoicePlan for ") + tile_name(tiles.even) + " / " + tile_name(second.tile));
+  if (tiles_are({Tile::T128x128PingpongM2, Tile::T128x256M2, Tile::T128x128PingpongTM2}))
+    return choice(PingpongM2Kernel{}, WideM2Kernel{}, PingpongTransposedM2Kernel{});
+  std::string names;
+  for (Tile t : d.tiles) names += std::string(names.empty() ? "" : " / ") + tile_name(t);
+  throw InternalError("no ChoicePlan for " + names);
 }
 }  // namespace moenum::gpu::sm90

@@ -8,10 +8,10 @@
 // the device at every launch:
 //   tile  : 128x128x64 cooperative (every kind), or for Fprop one of the wider or pingpong
 //           configurations of Tile (fprop_tiles: from N and K, and from the class of the counts;
-//           the others on request, for the bench). A choice on the device builds both
-//           configurations' arrays and CUTLASS parameters; one small kernel classifies the counts
-//           and fills the chosen configuration's problem array, and one kernel launch runs either
-//           CUTLASS kernel (both have the same cluster and threads). No host read, so it stays
+//           the others on request, for the bench). A choice on the device builds every candidate
+//           configuration's arrays and CUTLASS parameters (two or three); one small kernel
+//           classifies the counts and fills the chosen configuration's problem array, and one
+//           kernel launch runs the chosen CUTLASS kernel (all have the same cluster and threads). No host read, so it stays
 //           graph-capturable, and it launches no more than a single configuration does.
 //   chunks: Fprop/Dgrad split each group's rows, on the device, into up to `chunks` sub-groups of at
 //           least `chunk_rows` rows (multiples of the tile's M). CUTLASS's grouped tile scheduler
