@@ -237,18 +237,43 @@ __global__ void choose_and_fill(const ChoiceFill<ED, kConfigs> f, int groups, co
 template <class... Ks>
 using FirstOf = std::tuple_element_t<0, std::tuple<Ks...>>;
 
+// The CUTLASS parameters of kernels Ks as one struct: one grid-constant kernel parameter.
+template <class... Ks>
+struct ParamsOf {};
+template <class K, class... Rest>
+struct ParamsOf<K, Rest...> {
+  typename K::Params head;
+  ParamsOf<Rest...> rest;
+};
+
+template <class K, class... Rest>
+ParamsOf<K, Rest...> params_of(const typename K::Params& head, const typename Rest::Params&... rest) {
+  ParamsOf<K, Rest...> p;
+  p.head = head;
+  if constexpr (sizeof...(Rest) > 0) p.rest = params_of<Rest...>(rest...);
+  return p;
+}
+
+// Runs the kernel of K and Rest that `which` counts to (0: K). Inlined: as a call it spills the
+// producer warp group, which setmaxnreg leaves 40 registers (ptxas -v: 208-240 bytes, 0 inlined
+// for two configurations, 144 for three).
+template <class K, class... Rest>
+__device__ __forceinline__ void run_chosen(int which, char* smem, const ParamsOf<K, Rest...>& params) {
+  if (which == 0) {
+    K op;
+    op(params.head, smem);
+  } else if constexpr (sizeof...(Rest) > 0) {
+    run_chosen<Rest...>(which - 1, smem, params.rest);
+  }
+}
+
 // Runs one of the CUTLASS kernels Ks (one cluster shape and thread count), as *choice says. Every
 // CTA reads the same value, so each cluster runs one kernel whole.
 template <class... Ks>
 __global__ void __launch_bounds__(FirstOf<Ks...>::MaxThreadsPerBlock, FirstOf<Ks...>::MinBlocksPerMultiprocessor)
-    chosen_gemm(CUTLASS_GRID_CONSTANT typename Ks::Params const... params, const int* choice) {
+    chosen_gemm(CUTLASS_GRID_CONSTANT ParamsOf<Ks...> const params, const int* choice) {
   extern __shared__ char smem[];
-  const int which = *choice;
-  int index = 0;
-  auto run_if_chosen = [&](auto op, const auto& p) {
-    if (which == index++) op(p, smem);
-  };
-  (run_if_chosen(Ks{}, params), ...);
+  run_chosen<Ks...>(*choice, smem, params);
 }
 
 // Configurations picked on the device from the counts, in two launches (fill, GEMM) like one plan:
@@ -294,8 +319,9 @@ class ChoicePlan final : public GroupedGemmPlan {
                                           dim3(cute::size<0>(Cluster{}), cute::size<1>(Cluster{}), 1), kSmemBytes, s};
     std::apply(
         [&](const auto&... plan) {
-          MOENUM_CUTLASS_CHECK(cutlass::launch_kernel_on_cluster(lp, reinterpret_cast<const void*>(kKernel),
-                                                                 plan->params()..., choice_.get()));
+          const ParamsOf<typename Cs::Kernel...> params = params_of<typename Cs::Kernel...>(plan->params()...);
+          MOENUM_CUTLASS_CHECK(
+              cutlass::launch_kernel_on_cluster(lp, reinterpret_cast<const void*>(kKernel), params, choice_.get()));
         },
         plans_);
   }
