@@ -27,7 +27,7 @@ CASES = [("qwen3_30b_fc2", False, "128x128 pingpong 1x2 transposed", 4),
          ("qwen3_30b_fc2", True, "128x128 pingpong 1x2", 1),
          ("qwen3_30b_fc1", False, "192x128 pingpong 1x2 transposed", 1),
          ("gpt_oss_120b_fc1", False, "192x128 pingpong 1x2 transposed", 2),
-         ("dsv3_fc2_ep8", False, "128x128 pingpong 2x1", 1),
+         ("dsv3_fc2_ep8", False, "128x128 pingpong 1x2", 1),
          ("qwen3.5_35b_fc1", False, "128x256 coop 2x1", 1),
          ("qwen3.5_35b_fc1", True, "128x128 pingpong 2x1 transposed", 1)]
 BURST = 5

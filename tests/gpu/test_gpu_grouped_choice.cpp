@@ -60,10 +60,11 @@ std::vector<uint16_t> bf16_values(size_t n, uint32_t seed) {
   return v;
 }
 
-// One Fprop GEMM with N >= 1024, where the counts can decide: with K < 2048 between pingpong and its
-// transposed form (small groups), with K < 4096 and N a multiple of 192 the same pair 192 weight rows
-// wide, with other N among three 2x1 configurations (pingpong; torch's 128x256 tile for small groups;
-// the transposed pingpong for skewed counts); with K >= 4096 the 128x256 2x1 tile alone.
+// One Fprop GEMM with N >= 1024, where the counts can decide: with K < 2048 or N >= 4096 between
+// pingpong and its transposed form (small groups), with K < 4096 and N a multiple of 192 the same pair
+// 192 weight rows wide, with other N among three 2x1 configurations (pingpong; torch's 128x256 tile
+// for small groups; the transposed pingpong for skewed counts); with K >= 4096 the 128x256 2x1 tile
+// alone.
 struct FpropCase {
   static constexpr int kGroups = 8;
   static constexpr int64_t kRows = 8192, kN = 1024;
@@ -149,7 +150,8 @@ TEST_F(GpuGroupedChoice, AutomaticEngineMatchesBaseBitwise) {
   for (auto [k, n, even, small_groups, skewed] :
        {std::tuple{int64_t{1024}, FpropCase::kN, Tile::T128x128Pingpong, Tile::T128x128PingpongT, Tile::T128x128Pingpong},
         std::tuple{int64_t{2048}, int64_t{1536}, Tile::T128x192Pingpong, Tile::T192x128PingpongT, Tile::T128x192Pingpong},
-        std::tuple{int64_t{2048}, FpropCase::kN, Tile::T128x128PingpongM2, Tile::T128x256M2, Tile::T128x128PingpongTM2}}) {
+        std::tuple{int64_t{2048}, FpropCase::kN, Tile::T128x128PingpongM2, Tile::T128x256M2, Tile::T128x128PingpongTM2},
+        std::tuple{int64_t{2048}, int64_t{4096}, Tile::T128x128Pingpong, Tile::T128x128PingpongT, Tile::T128x128Pingpong}}) {
     FpropCase c(k, FpropCase::kGroups, FpropCase::kRows, n);
     const sm90::FpropTiles tiles = sm90::fprop_tiles(c.g);
     ASSERT_TRUE(tiles.chosen_on_device()) << "K " << k << " should be a case where the counts decide";

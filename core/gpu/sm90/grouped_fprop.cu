@@ -99,26 +99,28 @@ const char* counts_class_name(CountsClass c) {
 //              on average: a group's B outweighs its A) the same kernel on the transposed problem
 //              D^T = B_e . A^T, 192x128, which shares B instead (Qwen3-30B FC1, gpt-oss FC1/FC2:
 //              0.99-1.03x uniform, 1.14-1.22x skewed);
-//   2048 <= K < 4096, other N: three 2x1 configurations (DeepSeek-V3 FC2, Qwen3.5-35B FC1): even
-//              counts the 128x128 pingpong (1.03x, torch's tile 1.01x); small groups torch's tile
+//   K < 2048, or N >= 4096 (many weight tiles share each row block, which the 1x2 cluster
+//              multicasts): the 128x128 pingpong 1x2 pair, transposed for small groups (Qwen3-30B FC2,
+//              Qwen3.5-35B FC2: 1.05-1.19x; DeepSeek-V3 FC2 1.04-1.06x, where every 2x1
+//              configuration gave 0.96-1.03x);
+//   2048 <= K < 4096, other N: three 2x1 configurations (Qwen3.5-35B FC1, where the 1x2 pingpong
+//              gave 0.935x uniform): even counts the 128x128 pingpong; small groups torch's tile
 //              (1.00x, the transposed 1x2 pingpong 0.96x); skewed counts the pingpong on the
 //              transposed problem, which shares A without rounding a group's row tiles up to an even
-//              count (1.01-1.20x; the untransposed 2x1 pingpong 0.92-0.96x);
-//   K < 2048: the 128x128 pingpong 1x2 pair, transposed for small groups (Qwen3-30B FC2, Qwen3.5-35B
-//              FC2: 1.05-1.19x).
+//              count (1.20x; the untransposed 2x1 pingpong 0.92x).
 // A choice among configurations of one cluster shape and thread count is one kernel launch
 // (ChoicePlan). Not chosen: 2x2 clusters (slower than 1x2 on every shape); 256x128 and 256x192
 // cooperative tiles (behind pingpong on every 128/256-expert shape). One call or five after an idle
 // gap (bench/gpu_gemm_ab_torch.py) runs above the power limit's clock and favours other tiles by a
 // few percent; those figures are in bench/RESULTS.md.
-static constexpr int64_t kMidK = 2048, kLongK = 4096;
+static constexpr int64_t kMidK = 2048, kLongK = 4096, kWideN = 4096;
 
 FpropTiles fprop_tiles(const GroupedGemmDesc& g) {
   if (g.kind != GemmKind::Fprop || g.n < 1024 || g.n % 64 != 0)
     return {Tile::T128x128, Tile::T128x128, Tile::T128x128};
   if (g.k < kLongK && g.n % 192 == 0)
     return {Tile::T128x192Pingpong, Tile::T192x128PingpongT, Tile::T128x192Pingpong};
-  if (g.k < kMidK) return {Tile::T128x128Pingpong, Tile::T128x128PingpongT, Tile::T128x128Pingpong};
+  if (g.k < kMidK || g.n >= kWideN) return {Tile::T128x128Pingpong, Tile::T128x128PingpongT, Tile::T128x128Pingpong};
   if (g.k < kLongK) return {Tile::T128x128PingpongM2, Tile::T128x256M2, Tile::T128x128PingpongTM2};
   return {Tile::T128x256M2, Tile::T128x256M2, Tile::T128x256M2};
 }
