@@ -175,10 +175,13 @@ TEST_F(GpuGroupedChoice, AutomaticEngineMatchesBaseBitwise) {
 
 // Long K loops: one configuration for every class of counts, bitwise the 128x128 tile's output.
 TEST_F(GpuGroupedChoice, LongKRunsOneConfiguration) {
+  for (int64_t n : {FpropCase::kN, int64_t{4096}}) {  // wide weights too (DeepSeek-V3 FC1, Mixtral FC2)
+    FpropCase wide(4096, FpropCase::kGroups, FpropCase::kRows, n);
+    const sm90::FpropTiles tiles = sm90::fprop_tiles(wide.g);
+    EXPECT_FALSE(tiles.chosen_on_device()) << "N " << n;
+    EXPECT_EQ(tiles.even, sm90::Tile::T128x256M2) << "N " << n;
+  }
   FpropCase c(4096);
-  const sm90::FpropTiles tiles = sm90::fprop_tiles(c.g);
-  EXPECT_FALSE(tiles.chosen_on_device());
-  EXPECT_EQ(tiles.even, sm90::Tile::T128x256M2);
   auto base = gpu::make_cutlass_sm90_engine({sm90::Tile::T128x128, 1});
   auto automatic = gpu::make_cutlass_sm90_engine();
   for (const auto* counts : kCountSets) {

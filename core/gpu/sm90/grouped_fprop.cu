@@ -99,8 +99,8 @@ const char* counts_class_name(CountsClass c) {
 //              on average: a group's B outweighs its A) the same kernel on the transposed problem
 //              D^T = B_e . A^T, 192x128, which shares B instead (Qwen3-30B FC1, gpt-oss FC1/FC2:
 //              0.99-1.03x uniform, 1.14-1.22x skewed);
-//   K < 2048, or N >= 4096 (many weight tiles share each row block, which the 1x2 cluster
-//              multicasts): the 128x128 pingpong 1x2 pair, transposed for small groups (Qwen3-30B FC2,
+//   K < 2048, or K < 4096 with N >= 4096 (many weight tiles share each row block, which the 1x2
+//              cluster multicasts): the 128x128 pingpong 1x2 pair, transposed for small groups (Qwen3-30B FC2,
 //              Qwen3.5-35B FC2: 1.05-1.19x; DeepSeek-V3 FC2 1.04-1.06x, where every 2x1
 //              configuration gave 0.96-1.03x);
 //   2048 <= K < 4096, other N: three 2x1 configurations (Qwen3.5-35B FC1, where the 1x2 pingpong
@@ -120,7 +120,7 @@ FpropTiles fprop_tiles(const GroupedGemmDesc& g) {
     return {Tile::T128x128, Tile::T128x128, Tile::T128x128};
   if (g.k < kLongK && g.n % 192 == 0)
     return {Tile::T128x192Pingpong, Tile::T192x128PingpongT, Tile::T128x192Pingpong};
-  if (g.k < kMidK || g.n >= kWideN) return {Tile::T128x128Pingpong, Tile::T128x128PingpongT, Tile::T128x128Pingpong};
+  if (g.k < kMidK || (g.k < kLongK && g.n >= kWideN)) return {Tile::T128x128Pingpong, Tile::T128x128PingpongT, Tile::T128x128Pingpong};
   if (g.k < kLongK) return {Tile::T128x128PingpongM2, Tile::T128x256M2, Tile::T128x128PingpongTM2};
   return {Tile::T128x256M2, Tile::T128x256M2, Tile::T128x256M2};
 }
