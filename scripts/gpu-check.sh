@@ -33,6 +33,9 @@
 # MOENUM_GPU_PREBUILT=DIR uses a build tree made on another machine with the same nvcc for sm_90a
 # (cmake ... -DMOENUM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DMOENUM_PYTHON=ON -DMOENUM_GPU_BENCH=ON,
 # carried to this one) instead of building here: device time is spent measuring, not compiling.
+# The stages read only its five artifacts (_core*.so, libmoenum_gemm_capi.so, moenum_gpu_tests,
+# moenum_gpu_bench, moenum_gpu_layer_bench): carry a folder of those, since the whole tree with its
+# object files is over the device's 64 MiB carry limit.
 # Exit code: 0 when every stage that ran passed, 1 otherwise.
 set -uo pipefail
 cd "$(dirname "$0")/.."
