@@ -3,13 +3,15 @@
 python3 bench/gpu_gemm_kernel_times.py BUILD/libmoenum_gemm_capi.so
 
 gpu.grouped's automatic plan launches choose_and_fill and chosen_gemm (every configuration it picks
-among in one kernel); the forced plan fill_groups and CUTLASS's kernel. For a few shapes this times bursts
+among in one kernel, launched programmatically dependent on the fill, so the two kernels' times
+may overlap); the forced plan fill_groups and CUTLASS's kernel, one after the other. For a few shapes this times bursts
 of five calls of each (CUDA events, median of 20, as bench/gpu_gemm_ab_torch.py) and takes every
 kernel's GPU time from torch.profiler, so the difference splits into the fill kernel, the GEMM
 kernel and the gaps between them. Both plans are profiled in one session, their bursts interleaved
 as in the timed rounds: the H200 runs these GEMMs at its power cap, and a kernel's time depends on
 the power state it ran in. Prints CSV shape,dist,engine,part,us_per_call (part: a kernel's name,
-"kernels" their sum, "elapsed" the events' time per call, "gaps" elapsed - kernels).
+"kernels" their sum, "elapsed" the events' time per call, "gaps" elapsed - kernels, negative where
+the kernels overlap).
 """
 import sys
 from pathlib import Path
@@ -29,7 +31,9 @@ CASES = [("qwen3_30b_fc2", False, "128x128 pingpong 1x2 transposed", 4),
          ("gpt_oss_120b_fc1", False, "192x128 pingpong 1x2 transposed", 2),
          ("dsv3_fc2_ep8", False, "128x128 pingpong 1x2", 1),
          ("qwen3.5_35b_fc1", False, "128x256 coop 2x1", 1),
-         ("qwen3.5_35b_fc1", True, "128x128 pingpong 2x1 transposed", 1)]
+         ("qwen3.5_35b_fc1", True, "128x128 pingpong 2x1 transposed", 1),
+         ("dsv3_fc1_ep8", False, "128x256 coop 2x1", 1),
+         ("mixtral_fc2", False, "128x256 coop 2x1", 1)]
 BURST = 5
 
 

@@ -191,6 +191,35 @@ TEST_F(GpuGroupedChoice, LongKRunsOneConfiguration) {
   ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(s));
 }
 
+// The automatic GEMM is a programmatic dependent launch of its fill kernel. Queued back to back with
+// the counts changing before every call and no host synchronisation, each call still computes its
+// own counts' groups: a GEMM that read its problem array before the fill had written it would
+// compute the previous call's. K 1024 chooses among configurations, K 4096 runs one.
+TEST_F(GpuGroupedChoice, QueuedCallsSeeTheirOwnCounts) {
+  for (int64_t k : {int64_t{1024}, int64_t{4096}}) {
+    FpropCase c(k);
+    auto base = gpu::make_cutlass_sm90_engine({sm90::Tile::T128x128, 1});
+    std::vector<std::vector<uint16_t>> want;
+    for (const auto* counts : kCountSets) {
+      c.set_counts(*counts, s);
+      want.push_back(c.run(*base, s));
+    }
+    auto automatic = gpu::make_cutlass_sm90_engine();
+    constexpr int kCalls = 12;
+    std::vector<DeviceBuffer<uint16_t>> outs(kCalls);
+    for (int i = 0; i < kCalls; ++i) {
+      outs[i].reset(c.d.size());
+      ASSERT_EQ(cudaSuccess, cudaMemsetAsync(outs[i].get(), 0xFF, outs[i].size() * 2, s));
+      c.set_counts(*kCountSets[i % 3], s);
+      c.g.d_rows = outs[i].get();
+      automatic->run(c.g, s);
+    }
+    for (int i = 0; i < kCalls; ++i)
+      EXPECT_EQ(want[i % 3], outs[i].download(s)) << "call " << i << ", " << set_name(kCountSets[i % 3]) << ", K " << k;
+  }
+  ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(s));
+}
+
 // Every configuration of sm90::Tile, forced, on counts of every class and a K with a partial last
 // k-tile (zero-filled by TMA): bitwise the 128x128 tile's output.
 TEST_F(GpuGroupedChoice, EveryTileMatchesBaseBitwise) {

@@ -164,10 +164,13 @@ __host__ __device__ constexpr CountsClass classify_counts(int64_t max_count, int
 }
 
 // The class of the counts, computed by one whole block of kThreads threads (every thread gets it):
-// the max and the sum of the counts, then classify_counts.
+// the max and the sum of the counts by warp shuffles, one shared-memory step across the warps, then
+// classify_counts.
 template <int kThreads>
 __device__ CountsClass block_counts_class(const int64_t* counts, int groups) {
-  __shared__ int64_t smax[kThreads], ssum[kThreads];
+  static_assert(kThreads % 32 == 0, "whole warps");
+  constexpr int kWarps = kThreads / 32;
+  __shared__ int64_t warp_max[kWarps], warp_sum[kWarps];
   const int t = threadIdx.x;
   int64_t mx = 0, sum = 0;
   for (int e = t; e < groups; e += kThreads) {
@@ -175,17 +178,16 @@ __device__ CountsClass block_counts_class(const int64_t* counts, int groups) {
     mx = c > mx ? c : mx;
     sum += c;
   }
-  smax[t] = mx;
-  ssum[t] = sum;
-  __syncthreads();
-  for (int w = kThreads / 2; w > 0; w /= 2) {
-    if (t < w) {
-      smax[t] = smax[t + w] > smax[t] ? smax[t + w] : smax[t];
-      ssum[t] += ssum[t + w];
-    }
-    __syncthreads();
+  for (int lane_mask = 16; lane_mask > 0; lane_mask /= 2) {
+    const int64_t other_max = __shfl_xor_sync(0xffffffffu, mx, lane_mask);
+    mx = other_max > mx ? other_max : mx;
+    sum += __shfl_xor_sync(0xffffffffu, sum, lane_mask);
   }
-  return classify_counts(smax[0], ssum[0], groups);
+  if (t % 32 == 0) warp_max[t / 32] = mx, warp_sum[t / 32] = sum;
+  __syncthreads();
+  mx = warp_max[0], sum = warp_sum[0];
+  for (int w = 1; w < kWarps; ++w) mx = warp_max[w] > mx ? warp_max[w] : mx, sum += warp_sum[w];
+  return classify_counts(mx, sum, groups);
 }
 
 __global__ void counts_class_kernel(const int64_t* counts, int groups, int* counts_class) {
@@ -222,18 +224,26 @@ struct ChoiceFill {
 };
 
 // Fills the chosen configuration's problem array: every block reduces the counts (max, sum) itself,
-// so the class needs no launch of its own; block 0 records the choice for the GEMM kernel.
+// so the class needs no launch of its own; block 0 records the choice for the GEMM kernel. The
+// entry's own count and offset are read before the reduction, so their latency overlaps it. The
+// GEMM is launched programmatically dependent on this kernel (ChoicePlan::launch): released here at
+// once, it sets up while this grid runs and waits for its writes in cudaGridDependencySynchronize.
 template <class ED, int kConfigs>
 __global__ void choose_and_fill(const ChoiceFill<ED, kConfigs> f, int groups, const int64_t* counts,
                                 const int64_t* offsets, int* choice) {
   constexpr int kThreads = 128;
+  cudaTriggerProgrammaticLaunchCompletion();
   const int t = threadIdx.x;
-  const CountsClass counts_class = block_counts_class<kThreads>(counts, groups);
-  const int which = f.config_of_class[static_cast<int>(counts_class)];
+  const int i = blockIdx.x * kThreads + t;
+  const int64_t cnt = counts[i % groups], off = offsets[i % groups];
+  int which = 0;
+  if constexpr (kConfigs > 1) {
+    const CountsClass counts_class = block_counts_class<kThreads>(counts, groups);
+    which = f.config_of_class[static_cast<int>(counts_class)];
+  }
   if (blockIdx.x == 0 && t == 0) *choice = which;
   const FillTarget<ED>& target = f.target[which];
-  const int i = blockIdx.x * kThreads + t;
-  if (i < groups * target.chunks) fill_entry(target, groups, i, counts, offsets);
+  if (i < groups * target.chunks) fill_entry(target, groups, i, cnt, off);
 }
 
 template <class... Ks>
@@ -270,16 +280,20 @@ __device__ __forceinline__ void run_chosen(int which, char* smem, const ParamsOf
 }
 
 // Runs one of the CUTLASS kernels Ks (one cluster shape and thread count), as *choice says. Every
-// CTA reads the same value, so each cluster runs one kernel whole.
+// CTA reads the same value, so each cluster runs one kernel whole. Launched programmatically
+// dependent on choose_and_fill: nothing is read before that grid's writes are visible.
 template <class... Ks>
 __global__ void __launch_bounds__(FirstOf<Ks...>::MaxThreadsPerBlock, FirstOf<Ks...>::MinBlocksPerMultiprocessor)
     chosen_gemm(CUTLASS_GRID_CONSTANT ParamsOf<Ks...> const params, const int* choice) {
   extern __shared__ char smem[];
-  run_chosen<Ks...>(*choice, smem, params);
+  cudaGridDependencySynchronize();
+  run_chosen<Ks...>(sizeof...(Ks) == 1 ? 0 : *choice, smem, params);
 }
 
-// Configurations picked on the device from the counts, in two launches (fill, GEMM) like one plan:
-// no host read, graph-capturable, and nothing launched for the configurations not chosen.
+// The automatic plan: one configuration, or several picked on the device from the counts, in two
+// launches (fill, GEMM) like one plan: no host read, graph-capturable, and nothing launched for the
+// configurations not chosen. The GEMM is a programmatic dependent launch of the fill, so its launch
+// and setup overlap the fill (torch._grouped_mm launches its two without that).
 template <class... Cs>
 class ChoicePlan final : public GroupedGemmPlan {
   static constexpr int kConfigs = sizeof...(Cs);
@@ -317,13 +331,15 @@ class ChoicePlan final : public GroupedGemmPlan {
     choose_and_fill<D, kConfigs><<<(entries + 127) / 128, 128, 0, s>>>(f, g.groups, g.counts, g.offsets, choice_.get());
     MOENUM_CUDA_LAUNCH_CHECK();
     using Cluster = typename First::ClusterShape;
-    const cutlass::ClusterLaunchParams lp{grid_, FirstKernel::get_block_shape(),
-                                          dim3(cute::size<0>(Cluster{}), cute::size<1>(Cluster{}), 1), kSmemBytes, s};
+    const dim3 cluster(cute::size<0>(Cluster{}), cute::size<1>(Cluster{}), 1);
     std::apply(
         [&](const auto&... plan) {
-          const ParamsOf<typename Cs::Kernel...> params = params_of<typename Cs::Kernel...>(plan->params()...);
-          MOENUM_CUTLASS_CHECK(
-              cutlass::launch_kernel_on_cluster(lp, reinterpret_cast<const void*>(kKernel), params, choice_.get()));
+          ParamsOf<typename Cs::Kernel...> params = params_of<typename Cs::Kernel...>(plan->params()...);
+          const int* choice = choice_.get();
+          void* args[] = {&params, &choice};
+          MOENUM_CUTLASS_CHECK(cutlass::ClusterLauncher::launch(grid_, cluster, FirstKernel::get_block_shape(),
+                                                                kSmemBytes, s, reinterpret_cast<const void*>(kKernel),
+                                                                args, /*launch_with_pdl=*/true));
         },
         plans_);
   }
@@ -368,15 +384,15 @@ std::unique_ptr<GroupedGemmPlan> make_fprop_plan(const GroupedGemmDesc& g, const
   MOENUM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   auto run = [&](Tile t) { return o.run > 0 ? o.run : fprop_run(g, t, sms); };
   if (o.tile != Tile::Auto) return make_tile_plan(g, o.tile, chunks, o.chunk_rows, run(o.tile));
-  const FpropTiles tiles = fprop_tiles(g);
-  if (!tiles.chosen_on_device()) return make_tile_plan(g, tiles.even, chunks, o.chunk_rows, run(tiles.even));
-  const DistinctTiles d = distinct_tiles(tiles);
+  const DistinctTiles d = distinct_tiles(fprop_tiles(g));
   auto choice = [&](auto... kernels) -> std::unique_ptr<GroupedGemmPlan> {
     std::array<int, sizeof...(kernels)> runs{};
     for (size_t i = 0; i < runs.size(); ++i) runs[i] = run(d.tiles[i]);
     return std::make_unique<ChoicePlan<decltype(kernels)...>>(g, chunks, o.chunk_rows, runs, d.config_of_class);
   };
   auto tiles_are = [&](std::initializer_list<Tile> want) { return std::equal(want.begin(), want.end(), d.tiles.begin(), d.tiles.end()); };
+  if (tiles_are({Tile::T128x128})) return choice(GroupedKernel<LA, LB, D>{});
+  if (tiles_are({Tile::T128x256M2})) return choice(WideM2Kernel{});
   if (tiles_are({Tile::T128x128Pingpong, Tile::T128x128PingpongT})) return choice(PingpongKernel{}, PingpongTransposedKernel{});
   if (tiles_are({Tile::T128x192Pingpong, Tile::T192x128PingpongT}))
     return choice(Pingpong192Kernel{}, PingpongTransposed192Kernel{});

@@ -124,10 +124,11 @@ struct FillTarget {
   ED** pd = nullptr;
 };
 
+// Entry i of the problem array: sub-group i / groups of group e = i % groups, whose count and
+// offset the caller has read (cnt = counts[e], off = offsets[e]).
 template <class ED>
-__device__ void fill_entry(const FillTarget<ED>& f, int groups, int i, const int64_t* counts, const int64_t* offsets) {
+__device__ void fill_entry(const FillTarget<ED>& f, int groups, int i, int64_t cnt, int64_t off) {
   const int e = i % groups, j = i / groups;
-  const int64_t cnt = counts[e], off = offsets[e];
   if (!f.rows_major) {
     f.shapes[i] = Shape3(cnt > 0 ? static_cast<int>(f.m) : 0, static_cast<int>(f.n), static_cast<int>(cnt));
     f.pa[i] = f.a + off * f.m;
@@ -152,7 +153,7 @@ __device__ void fill_entry(const FillTarget<ED>& f, int groups, int i, const int
 template <class ED>
 __global__ void fill_groups(FillTarget<ED> f, int groups, const int64_t* counts, const int64_t* offsets) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < groups * f.chunks) fill_entry(f, groups, i, counts, offsets);
+  if (i < groups * f.chunks) fill_entry(f, groups, i, counts[i % groups], offsets[i % groups]);
 }
 
 // The per-sub-group device arrays and the CUTLASS operator of one configuration K. launch() fills
