@@ -49,8 +49,8 @@ def load_capi(path):
     """bench/gpu_gemm_capi.cu's library, its functions typed for ctypes."""
     lib = ctypes.CDLL(path)
     lib.moenum_fprop_new.restype = ctypes.c_void_p
-    lib.moenum_fprop_new.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64,
-                                     ctypes.c_int64, ctypes.c_void_p]
+    lib.moenum_fprop_new.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                     ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
     lib.moenum_fprop_run.argtypes = [ctypes.c_void_p] * 6
     lib.moenum_fprop_free.argtypes = [ctypes.c_void_p]
     lib.moenum_fprop_tile.argtypes = [ctypes.c_char_p]
@@ -84,11 +84,12 @@ def routing(g, m, zipf, device="cuda"):
     return offs32, counts64, offsets64
 
 
-def moenum_plan(lib, tile, chunks, run, a, b, d, counts64, offsets64):
-    """(a call running moenum's plan of that tile, sub-groups and run on A = a, B = b into d, on
-    torch's current stream; the plan's handle, for moenum_fprop_free). Raises if no plan is made."""
+def moenum_plan(lib, tile, chunks, run, a, b, d, counts64, offsets64, sm_count=-1):
+    """(a call running moenum's plan of that tile, sub-groups, run and grid SMs (-1: all) on A = a,
+    B = b into d, on torch's current stream; the plan's handle, for moenum_fprop_free). Raises if no
+    plan is made."""
     g, n, k = b.shape
-    h = lib.moenum_fprop_new(tile, chunks, run, g, n, k, ctypes.c_void_p(b.data_ptr()))
+    h = lib.moenum_fprop_new(tile, chunks, run, sm_count, g, n, k, ctypes.c_void_p(b.data_ptr()))
     if not h:
         raise RuntimeError("moenum_fprop_new failed")
     stream = torch.cuda.current_stream().cuda_stream

@@ -33,12 +33,13 @@ int moenum_fprop_tile(const char* name) {
 }
 
 // tile: the value of sm90::Tile (0 = the automatic choice; moenum_fprop_tile looks one up);
-// chunks, run: -1 = automatic. Null on failure.
-void* moenum_fprop_new(int tile, int chunks, int run, int groups, int64_t n, int64_t k, const void* b) {
+// chunks, run: -1 = automatic; sm_count: the persistent grid's SMs, -1 = every SM. Null on failure.
+void* moenum_fprop_new(int tile, int chunks, int run, int sm_count, int groups, int64_t n, int64_t k, const void* b) {
   try {
     auto h = std::make_unique<FpropHandle>();
     moenum::gpu::CutlassSm90Options o{static_cast<moenum::gpu::sm90::Tile>(tile), chunks};
     o.run = run;
+    o.sm_count = sm_count;
     h->engine = moenum::gpu::make_cutlass_sm90_engine(o);
     h->desc.kind = moenum::gpu::GemmKind::Fprop;
     h->desc.groups = groups;

@@ -13,6 +13,7 @@ struct CutlassSm90Options {
   sm90::Tile tile = sm90::Tile::Auto;  // forced tile configurations apply to Fprop only
   int chunks = -1;                     // max sub-groups per group for Fprop/Dgrad (1 = no split), -1 auto
   int run = -1;                        // Fprop pingpong tiles per cluster run (sm90::fprop_run), -1 auto
+  int sm_count = -1;                   // Fprop persistent grid on at most this many SMs, -1 every SM
 };
 
 std::unique_ptr<GemmEngine> make_cutlass_sm90_engine(const CutlassSm90Options& o = {});

@@ -209,9 +209,9 @@ int default_chunks(const GroupedGemmDesc& g) {
 namespace {
 
 std::unique_ptr<GroupedGemmPlan> make_tile_plan(const GroupedGemmDesc& g, Tile tile, int chunks, int64_t chunk_rows,
-                                                int run) {
+                                                int run, int sm_count) {
   return with_tile_kernel(tile, [&](auto kernel) -> std::unique_ptr<GroupedGemmPlan> {
-    return std::make_unique<Plan<decltype(kernel)>>(g, chunks, chunk_rows, run);
+    return std::make_unique<Plan<decltype(kernel)>>(g, chunks, chunk_rows, run, sm_count);
   });
 }
 
@@ -308,8 +308,8 @@ class ChoicePlan final : public GroupedGemmPlan {
 
  public:
   ChoicePlan(const GroupedGemmDesc& g, int chunks, int64_t chunk_rows, const std::array<int, kConfigs>& runs,
-             const std::array<int, 3>& config_of_class)
-      : plans_(make_plans(g, chunks, chunk_rows, runs, std::index_sequence_for<Cs...>{})),
+             const std::array<int, 3>& config_of_class, int sm_count)
+      : plans_(make_plans(g, chunks, chunk_rows, runs, sm_count, std::index_sequence_for<Cs...>{})),
         config_of_class_(config_of_class),
         choice_(1) {
     grid_ = FirstKernel::get_grid_shape(std::get<0>(plans_)->params());
@@ -347,9 +347,9 @@ class ChoicePlan final : public GroupedGemmPlan {
  private:
   template <size_t... I>
   static std::tuple<std::unique_ptr<Plan<Cs>>...> make_plans(const GroupedGemmDesc& g, int chunks, int64_t chunk_rows,
-                                                             const std::array<int, kConfigs>& runs,
+                                                             const std::array<int, kConfigs>& runs, int sm_count,
                                                              std::index_sequence<I...>) {
-    return {std::make_unique<Plan<Cs>>(g, chunks, chunk_rows, runs[I])...};
+    return {std::make_unique<Plan<Cs>>(g, chunks, chunk_rows, runs[I], sm_count)...};
   }
   bool same_dims(dim3 d) const { return d.x == grid_.x && d.y == grid_.y && d.z == grid_.z; }
 
@@ -383,12 +383,14 @@ std::unique_ptr<GroupedGemmPlan> make_fprop_plan(const GroupedGemmDesc& g, const
   MOENUM_CUDA_CHECK(cudaGetDevice(&dev));
   MOENUM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   auto run = [&](Tile t) { return o.run > 0 ? o.run : fprop_run(g, t, sms); };
-  if (o.tile != Tile::Auto) return make_tile_plan(g, o.tile, chunks, o.chunk_rows, run(o.tile));
+  const int sm_count = std::max(o.sm_count, 0);
+  if (o.tile != Tile::Auto) return make_tile_plan(g, o.tile, chunks, o.chunk_rows, run(o.tile), sm_count);
   const DistinctTiles d = distinct_tiles(fprop_tiles(g));
   auto choice = [&](auto... kernels) -> std::unique_ptr<GroupedGemmPlan> {
     std::array<int, sizeof...(kernels)> runs{};
     for (size_t i = 0; i < runs.size(); ++i) runs[i] = run(d.tiles[i]);
-    return std::make_unique<ChoicePlan<decltype(kernels)...>>(g, chunks, o.chunk_rows, runs, d.config_of_class);
+    return std::make_unique<ChoicePlan<decltype(kernels)...>>(g, chunks, o.chunk_rows, runs, d.config_of_class,
+                                                              sm_count);
   };
   auto tiles_are = [&](std::initializer_list<Tile> want) { return std::equal(want.begin(), want.end(), d.tiles.begin(), d.tiles.end()); };
   if (tiles_are({Tile::T128x128})) return choice(GroupedKernel<LA, LB, D>{});

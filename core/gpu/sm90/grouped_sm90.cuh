@@ -165,7 +165,8 @@ class Plan final : public GroupedGemmPlan {
 
  public:
   // run: tiles per cluster run, for a K with kRuns (see run_scheduler.cuh); ignored otherwise.
-  Plan(const GroupedGemmDesc& g, int chunks, int64_t chunk_rows, int run = 1)
+  // sm_count: the persistent grid's SMs (0: every SM of the device).
+  Plan(const GroupedGemmDesc& g, int chunks, int64_t chunk_rows, int run = 1, int sm_count = 0)
       : groups_(g.groups), chunks_(g.kind == GemmKind::Wgrad ? 1 : std::max(chunks, 1)), chunk_rows_(chunk_rows) {
     const bool rows_major = g.kind != GemmKind::Wgrad;
     if (K::kTransposed && g.kind != GemmKind::Fprop) throw InternalError("a transposed plan is for Fprop only");
@@ -201,6 +202,7 @@ class Plan final : public GroupedGemmPlan {
     int dev = 0;
     MOENUM_CUDA_CHECK(cudaGetDevice(&dev));
     auto hw = cutlass::KernelHardwareInfo::make_kernel_hardware_info<typename K::Kernel>(dev);
+    if (sm_count > 0) hw.sm_count = std::min(hw.sm_count, sm_count);
     typename K::Problem problem;
     problem.num_groups = total;
     problem.problem_shapes = shapes_.get();

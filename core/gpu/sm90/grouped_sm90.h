@@ -84,6 +84,7 @@ struct PlanOptions {
   int chunks = -1;         // max sub-groups per group (1 = no split); -1 = choose from the groups
   int chunk_rows = 2048;   // minimum rows of a sub-group
   int run = -1;            // Fprop pingpong tiles per cluster run (run_scheduler.cuh); -1 = fprop_run's rule
+  int sm_count = -1;       // Fprop: the persistent grid on at most this many SMs; -1 = every SM
 };
 
 std::unique_ptr<GroupedGemmPlan> make_fprop_plan(const GroupedGemmDesc& g, const PlanOptions& o);  // A row, B col, D bf16
