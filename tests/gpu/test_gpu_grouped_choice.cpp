@@ -106,6 +106,17 @@ const char* set_name(const std::vector<int64_t>* c) {
   return c == &kEven ? "even counts" : c == &kSmallGroups ? "small groups" : "skewed counts";
 }
 
+// The 128x128 tile's output for each of kCountSets, in order: what every other engine must give.
+std::vector<std::vector<uint16_t>> base_outputs(FpropCase& c, cudaStream_t s) {
+  auto base = gpu::make_cutlass_sm90_engine({sm90::Tile::T128x128, 1});
+  std::vector<std::vector<uint16_t>> want;
+  for (const auto* counts : kCountSets) {
+    c.set_counts(*counts, s);
+    want.push_back(c.run(*base, s));
+  }
+  return want;
+}
+
 // Every test here needs the CUTLASS sm_90a kernels on an sm_90 device, and gets a stream.
 class GpuGroupedChoice : public ::testing::Test {
  protected:
@@ -198,12 +209,7 @@ TEST_F(GpuGroupedChoice, LongKRunsOneConfiguration) {
 TEST_F(GpuGroupedChoice, QueuedCallsSeeTheirOwnCounts) {
   for (int64_t k : {int64_t{1024}, int64_t{4096}}) {
     FpropCase c(k);
-    auto base = gpu::make_cutlass_sm90_engine({sm90::Tile::T128x128, 1});
-    std::vector<std::vector<uint16_t>> want;
-    for (const auto* counts : kCountSets) {
-      c.set_counts(*counts, s);
-      want.push_back(c.run(*base, s));
-    }
+    const std::vector<std::vector<uint16_t>> want = base_outputs(c, s);
     auto automatic = gpu::make_cutlass_sm90_engine();
     constexpr int kCalls = 12;
     std::vector<DeviceBuffer<uint16_t>> outs(kCalls);
@@ -269,12 +275,7 @@ TEST_F(GpuGroupedChoice, RunsMatchCutlassOrderBitwise) {
 TEST_F(GpuGroupedChoice, GraphReplayFollowsNewCounts) {
   for (auto [k, n] : {std::pair<int64_t, int64_t>{1024, FpropCase::kN}, {2048, 1536}, {2048, FpropCase::kN}}) {
     FpropCase c(k, FpropCase::kGroups, FpropCase::kRows, n);
-    auto base = gpu::make_cutlass_sm90_engine({sm90::Tile::T128x128, 1});
-    std::vector<std::vector<uint16_t>> want;
-    for (const auto* counts : kCountSets) {
-      c.set_counts(*counts, s);
-      want.push_back(c.run(*base, s));
-    }
+    const std::vector<std::vector<uint16_t>> want = base_outputs(c, s);
 
     auto automatic = gpu::make_cutlass_sm90_engine();
     c.run(*automatic, s);  // first run outside the capture: creates the plans (allocations)
