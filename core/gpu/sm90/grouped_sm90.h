@@ -11,8 +11,10 @@
 //           the others on request, for the bench). A choice on the device builds every candidate
 //           configuration's arrays and CUTLASS parameters (two or three); one small kernel
 //           classifies the counts and fills the chosen configuration's problem array, and one
-//           kernel launch runs the chosen CUTLASS kernel (all have the same cluster and threads). No host read, so it stays
-//           graph-capturable, and it launches no more than a single configuration does.
+//           kernel launch runs the chosen CUTLASS kernel (all have the same cluster and threads),
+//           a programmatic dependent launch of the fill, so its setup overlaps the fill. No host
+//           read, so it stays graph-capturable, and it launches no more than a single
+//           configuration does. The automatic plan with one configuration launches the same way.
 //   chunks: Fprop/Dgrad split each group's rows, on the device, into up to `chunks` sub-groups of at
 //           least `chunk_rows` rows (multiples of the tile's M). CUTLASS's grouped tile scheduler
 //           walks a group's tiles along M (no swizzle without host problem sizes), so one wave of a
