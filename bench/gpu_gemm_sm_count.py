@@ -21,7 +21,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_gemm_ab_torch import moenum_plan, open_capi, operands, routing  # noqa: E402
-from gpu_gemm_sustained import sustained  # noqa: E402
+from gpu_gemm_sustained import held_medians  # noqa: E402
 from gpu_peer_torch import SHAPES  # noqa: E402
 
 TORCH, MOENUM = "torch._grouped_mm", "gpu.grouped"
@@ -57,15 +57,7 @@ def main():
                                                     offsets64, sm_count=sms - c)
                 handles.append(h)
             names = list(calls)
-            count = {}
-            for e in names:
-                sustained(calls[e], 3)
-                count[e] = max(20, int(seconds * 1e3 / sustained(calls[e], 20)))
-            samples = {e: [] for e in names}
-            for r in range(rounds):
-                for e in names[r % len(names):] + names[:r % len(names)]:
-                    samples[e].append(sustained(calls[e], count[e]))
-            med = {e: sorted(v)[rounds // 2] for e, v in samples.items()}
+            med, _ = held_medians(calls, seconds, rounds)
             ref = outs[(TORCH, 0)].view(torch.int16)
             for engine, c in names:
                 differing = int((outs[(engine, c)].view(torch.int16) != ref).sum())

@@ -45,6 +45,22 @@ def sustained(call, calls):
     return t0.elapsed_time(t1) / calls
 
 
+def held_medians(calls, seconds, rounds):
+    """({name: median ms per call}, {name: calls per round}) of the calls {name: call}: each runs
+    back to back for about `seconds` per round (calibrated after a warm-up), rounds rotating the
+    order, median of `rounds`."""
+    names = list(calls)
+    count = {}
+    for e in names:
+        sustained(calls[e], 3)
+        count[e] = max(20, int(seconds * 1e3 / sustained(calls[e], 20)))
+    samples = {e: [] for e in names}
+    for r in range(rounds):
+        for e in names[r % len(names):] + names[:r % len(names)]:
+            samples[e].append(sustained(calls[e], count[e]))
+    return {e: sorted(v)[rounds // 2] for e, v in samples.items()}, count
+
+
 def main():
     args = sys.argv[1:]
     sweep_dists = {"--sweep": (False,), "--sweep-zipf": (True,)}
@@ -74,17 +90,7 @@ def main():
             calls[engine], h = moenum_plan(lib, tiles[tile], chunks, run, a, b, outs[engine], counts64, offsets64)
             handles.append(h)
         names = list(calls)
-        # calls per engine and round: about `seconds` of back-to-back work, timed after a warm-up
-        count = {}
-        for e in names:
-            sustained(calls[e], 3)
-            ms = sustained(calls[e], 20)
-            count[e] = max(20, int(seconds * 1e3 / ms))
-        samples = {e: [] for e in names}
-        for r in range(rounds):
-            for e in names[r % len(names):] + names[:r % len(names)]:
-                samples[e].append(sustained(calls[e], count[e]))
-        med = {e: sorted(samples[e])[rounds // 2] for e in names}
+        med, count = held_medians(calls, seconds, rounds)
         ref = torch_out.view(torch.int16)
         for e in names:
             ms = med[e]
