@@ -78,7 +78,7 @@ __global__ void count_mismatch(const uint16_t* a, const uint16_t* b, size_t n, u
 // counts, outside any timed region), to stderr.
 void report_auto_choice(const GroupedGemmDesc& g, const char* shape, const char* dist, cudaStream_t s) {
   namespace sm90 = moenum::gpu::sm90;
-  const sm90::FpropTiles tiles = sm90::fprop_tiles(g);
+  const sm90::FpropTiles tiles = sm90::fprop_tiles(g, sm90::FpropDevice::current());
   std::string how = "static";
   sm90::Tile tile = tiles.even;
   if (tiles.chosen_on_device()) {

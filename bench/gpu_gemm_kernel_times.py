@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_gemm_ab_torch import median_ms, moenum_plan, open_capi, operands, routing  # noqa: E402
 from gpu_peer_torch import SHAPES  # noqa: E402
 
-# (shape, zipf, the configuration the automatic rule picks for those counts: fprop_tiles and
+# (shape, zipf, the configuration the automatic rule picks for those counts on the H200: fprop_tiles and
 # fprop_run in core/gpu/sm90/grouped_fprop.cu)
 CASES = [("qwen3_30b_fc2", False, "128x128 pingpong 1x2 transposed", 4),
          ("qwen3_30b_fc2", True, "128x128 pingpong 1x2", 1),

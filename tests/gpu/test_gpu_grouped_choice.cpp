@@ -60,7 +60,7 @@ std::vector<uint16_t> bf16_values(size_t n, uint32_t seed) {
   return v;
 }
 
-// One Fprop GEMM with N >= 1024, where the counts can decide: with K < 2048 or N >= 4096 between
+// One Fprop GEMM with N >= 1024, where the counts can decide: with K < 2048 or N >= 4096 (H200) between
 // pingpong and its transposed form (small groups), with K < 4096 and N a multiple of 192 the same pair
 // 192 weight rows wide, with other N among three 2x1 configurations (pingpong; torch's 128x256 tile
 // for small groups; the transposed pingpong for skewed counts); with K >= 4096 the 128x256 2x1 tile
@@ -97,6 +97,9 @@ struct FpropCase {
   }
 };
 
+// Devices of the rule's table (grouped_fprop.cu): 132 SMs and 4.9 TB/s (H200) or 3.35 TB/s (H100 SXM).
+const sm90::FpropDevice kH200{132, 4915}, kH100{132, 3352};
+
 // 1024 rows per group; 256 (two M tiles: small groups, three quarters of the rows unused); zipf s=1.2
 const std::vector<int64_t> kEven(FpropCase::kGroups, FpropCase::kRows / FpropCase::kGroups);
 const std::vector<int64_t> kSmallGroups(FpropCase::kGroups, 256);
@@ -131,6 +134,29 @@ class GpuGroupedChoice : public ::testing::Test {
   cudaStream_t s = nullptr;
 };
 
+// DeepSeek-V3 FC2 (K 2048, N 7168): the 1x2 pingpong pair where DRAM bandwidth is to spare, torch's
+// tile for every class of counts elsewhere; the other shapes choose alike on both devices. No device
+// needed.
+TEST(FpropRule, WideMidKFollowsMemoryBandwidth) {
+  using sm90::Tile;
+  EXPECT_TRUE(kH200.memory_rich());
+  EXPECT_FALSE(kH100.memory_rich());
+  gpu::GroupedGemmDesc g;
+  g.kind = gpu::GemmKind::Fprop, g.groups = 32, g.n = 7168, g.k = 2048;
+  const sm90::FpropTiles rich = sm90::fprop_tiles(g, kH200), lean = sm90::fprop_tiles(g, kH100);
+  EXPECT_EQ(rich.even, Tile::T128x128Pingpong);
+  EXPECT_EQ(rich.small_groups, Tile::T128x128PingpongT);
+  EXPECT_EQ(rich.skewed, Tile::T128x128Pingpong);
+  EXPECT_FALSE(lean.chosen_on_device());
+  EXPECT_EQ(lean.even, Tile::T128x256M2);
+  for (auto [k, n] : {std::pair{int64_t{768}, int64_t{2048}}, std::pair{int64_t{2048}, int64_t{1024}},
+                      std::pair{int64_t{2048}, int64_t{1536}}, std::pair{int64_t{7168}, int64_t{4096}}}) {
+    g.k = k, g.n = n;
+    const sm90::FpropTiles a = sm90::fprop_tiles(g, kH200), b = sm90::fprop_tiles(g, kH100);
+    EXPECT_TRUE(a.even == b.even && a.small_groups == b.small_groups && a.skewed == b.skewed) << "K " << k << ", N " << n;
+  }
+}
+
 TEST_F(GpuGroupedChoice, CountsClassSplitsTheBenchRoutings) {
   // The bench's group counts and rows: uniform Qwen3-30B (128 experts, 64k rows), Qwen3.5-35B (256
   // experts) and gpt-oss-120b (128 experts, 32k rows) have 256 or 512 rows per group, the others more.
@@ -164,7 +190,8 @@ TEST_F(GpuGroupedChoice, AutomaticEngineMatchesBaseBitwise) {
         std::tuple{int64_t{2048}, FpropCase::kN, Tile::T128x128PingpongM2, Tile::T128x256M2, Tile::T128x128PingpongTM2},
         std::tuple{int64_t{2048}, int64_t{4096}, Tile::T128x128Pingpong, Tile::T128x128PingpongT, Tile::T128x128Pingpong}}) {
     FpropCase c(k, FpropCase::kGroups, FpropCase::kRows, n);
-    const sm90::FpropTiles tiles = sm90::fprop_tiles(c.g);
+    // The table as on the H200; the automatic engine below picks for this device, whichever it is.
+    const sm90::FpropTiles tiles = sm90::fprop_tiles(c.g, kH200);
     ASSERT_TRUE(tiles.chosen_on_device()) << "K " << k << " should be a case where the counts decide";
     EXPECT_EQ(tiles.even, even) << "K " << k << ", N " << n;
     EXPECT_EQ(tiles.small_groups, small_groups) << "K " << k << ", N " << n;
@@ -188,7 +215,7 @@ TEST_F(GpuGroupedChoice, AutomaticEngineMatchesBaseBitwise) {
 TEST_F(GpuGroupedChoice, LongKRunsOneConfiguration) {
   for (int64_t n : {FpropCase::kN, int64_t{4096}}) {  // wide weights too (DeepSeek-V3 FC1, Mixtral FC2)
     FpropCase wide(4096, FpropCase::kGroups, FpropCase::kRows, n);
-    const sm90::FpropTiles tiles = sm90::fprop_tiles(wide.g);
+    const sm90::FpropTiles tiles = sm90::fprop_tiles(wide.g, sm90::FpropDevice::current());
     EXPECT_FALSE(tiles.chosen_on_device()) << "N " << n;
     EXPECT_EQ(tiles.even, sm90::Tile::T128x256M2) << "N " << n;
   }

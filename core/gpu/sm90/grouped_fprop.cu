@@ -99,10 +99,13 @@ const char* counts_class_name(CountsClass c) {
 //              on average: a group's B outweighs its A) the same kernel on the transposed problem
 //              D^T = B_e . A^T, 192x128, which shares B instead (Qwen3-30B FC1, gpt-oss FC1/FC2:
 //              0.99-1.03x uniform, 1.14-1.22x skewed);
-//   K < 2048, or K < 4096 with N >= 4096 (many weight tiles share each row block, which the 1x2
-//              cluster multicasts): the 128x128 pingpong 1x2 pair, transposed for small groups (Qwen3-30B FC2,
-//              Qwen3.5-35B FC2: 1.05-1.19x; DeepSeek-V3 FC2 1.04-1.06x, where every 2x1
-//              configuration gave 0.96-1.03x);
+//   K < 2048, or K < 4096 with N >= 4096 on a device with DRAM bandwidth to spare (many weight
+//              tiles share each row block, which the 1x2 cluster multicasts): the 128x128 pingpong
+//              1x2 pair, transposed for small groups (Qwen3-30B FC2, Qwen3.5-35B FC2: 1.05-1.19x;
+//              DeepSeek-V3 FC2 on the H200 1.02-1.06x, where every 2x1 configuration gave
+//              0.96-1.03x). On the H100 (a third less DRAM bandwidth per SM, the same clocks and
+//              power limit) the pair loses on DeepSeek-V3 FC2 (0.87 / 0.91x uniform / zipf, the 2x1
+//              pingpongs 0.95 / 0.85x): there K < 4096 with N >= 4096 runs torch's tile;
 //   2048 <= K < 4096, other N: three 2x1 configurations (Qwen3.5-35B FC1, where the 1x2 pingpong
 //              gave 0.935x uniform): even counts the 128x128 pingpong; small groups torch's tile
 //              (1.00x, the transposed 1x2 pingpong 0.96x); skewed counts the pingpong on the
@@ -114,14 +117,28 @@ const char* counts_class_name(CountsClass c) {
 // gap (bench/gpu_gemm_ab_torch.py) runs above the power limit's clock and favours other tiles by a
 // few percent; those figures are in bench/RESULTS.md.
 static constexpr int64_t kMidK = 2048, kLongK = 4096, kWideN = 4096;
+static constexpr double kRichMemoryGBPerSM = 32;
 
-FpropTiles fprop_tiles(const GroupedGemmDesc& g) {
+FpropDevice FpropDevice::current() {
+  int dev = 0, sms = 0, memory_khz = 0, bus_bits = 0;
+  MOENUM_CUDA_CHECK(cudaGetDevice(&dev));
+  MOENUM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  MOENUM_CUDA_CHECK(cudaDeviceGetAttribute(&memory_khz, cudaDevAttrMemoryClockRate, dev));
+  MOENUM_CUDA_CHECK(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, dev));
+  return {sms, 2.0 * memory_khz * 1e3 * (bus_bits / 8) / 1e9};
+}
+
+bool FpropDevice::memory_rich() const { return sm_count > 0 && memory_gb_per_s / sm_count >= kRichMemoryGBPerSM; }
+
+FpropTiles fprop_tiles(const GroupedGemmDesc& g, const FpropDevice& device) {
   if (g.kind != GemmKind::Fprop || g.n < 1024 || g.n % 64 != 0)
     return {Tile::T128x128, Tile::T128x128, Tile::T128x128};
   if (g.k < kLongK && g.n % 192 == 0)
     return {Tile::T128x192Pingpong, Tile::T192x128PingpongT, Tile::T128x192Pingpong};
-  if (g.k < kMidK || (g.k < kLongK && g.n >= kWideN)) return {Tile::T128x128Pingpong, Tile::T128x128PingpongT, Tile::T128x128Pingpong};
-  if (g.k < kLongK) return {Tile::T128x128PingpongM2, Tile::T128x256M2, Tile::T128x128PingpongTM2};
+  const bool wide_mid_k = g.k >= kMidK && g.k < kLongK && g.n >= kWideN;
+  if (g.k < kMidK || (wide_mid_k && device.memory_rich()))
+    return {Tile::T128x128Pingpong, Tile::T128x128PingpongT, Tile::T128x128Pingpong};
+  if (g.k < kLongK && !wide_mid_k) return {Tile::T128x128PingpongM2, Tile::T128x256M2, Tile::T128x128PingpongTM2};
   return {Tile::T128x256M2, Tile::T128x256M2, Tile::T128x256M2};
 }
 
@@ -379,13 +396,11 @@ DistinctTiles distinct_tiles(const FpropTiles& tiles) {
 
 std::unique_ptr<GroupedGemmPlan> make_fprop_plan(const GroupedGemmDesc& g, const PlanOptions& o) {
   const int chunks = o.chunks < 0 ? default_chunks(g) : o.chunks;
-  int dev = 0, sms = 0;
-  MOENUM_CUDA_CHECK(cudaGetDevice(&dev));
-  MOENUM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  auto run = [&](Tile t) { return o.run > 0 ? o.run : fprop_run(g, t, sms); };
+  const FpropDevice device = FpropDevice::current();
+  auto run = [&](Tile t) { return o.run > 0 ? o.run : fprop_run(g, t, device.sm_count); };
   const int sm_count = std::max(o.sm_count, 0);
   if (o.tile != Tile::Auto) return make_tile_plan(g, o.tile, chunks, o.chunk_rows, run(o.tile), sm_count);
-  const DistinctTiles d = distinct_tiles(fprop_tiles(g));
+  const DistinctTiles d = distinct_tiles(fprop_tiles(g, device));
   auto choice = [&](auto... kernels) -> std::unique_ptr<GroupedGemmPlan> {
     std::array<int, sizeof...(kernels)> runs{};
     for (size_t i = 0; i < runs.size(); ++i) runs[i] = run(d.tiles[i]);

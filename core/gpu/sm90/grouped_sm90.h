@@ -111,8 +111,17 @@ struct FpropTiles {
   bool chosen_on_device() const { return even != skewed || even != small_groups; }
 };
 
+// What of the device the automatic Fprop choice depends on besides the problem.
+struct FpropDevice {
+  int sm_count = 0;
+  double memory_gb_per_s = 0;  // peak DRAM bandwidth: memory clock x bus width, double data rate
+  static FpropDevice current();  // the current CUDA device's
+  // At least 32 GB/s of DRAM bandwidth per SM: the H200 (37), not the H100 SXM (25).
+  bool memory_rich() const;
+};
+
 // The choices (see above); exposed so the bench can report them.
-FpropTiles fprop_tiles(const GroupedGemmDesc& g);
+FpropTiles fprop_tiles(const GroupedGemmDesc& g, const FpropDevice& device);
 // Tiles per cluster run of a pingpong Fprop configuration (1 for every other one).
 int fprop_run(const GroupedGemmDesc& g, Tile t, int sm_count);
 int default_chunks(const GroupedGemmDesc& g);
