@@ -22,7 +22,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_peer_torch import SHAPES, make_counts  # noqa: E402
 
 # (engine, tile as sm90::tile_name names it, sub-groups per group, tiles per run; -1 = automatic)
+# gpu.grouped.rows_untold: the automatic choice without the rows on the host, so never the strided
+# batch that equal counts can run (grouped_sm90.h, equal_groups_rows): the grouped kernels alone.
 ENGINES = [("gpu.grouped", "auto", -1, -1),
+           ("gpu.grouped.rows_untold", "auto", -1, -1),
            ("gpu.grouped.pingpong", "128x128 pingpong 1x2", -1, 1),
            ("gpu.grouped.pingpong_whole", "128x128 pingpong 1x2", 1, 1),
            ("gpu.grouped.pingpong_m2", "128x128 pingpong 2x1", -1, 1),
@@ -38,11 +41,12 @@ ENGINES = [("gpu.grouped", "auto", -1, -1),
            ("gpu.grouped.pingpong_t192", "192x128 pingpong 1x2 transposed", -1, 1),
            ("gpu.grouped.pingpong_t192_r2", "192x128 pingpong 1x2 transposed", -1, 2),
            ("gpu.grouped.pingpong_t192_r4", "192x128 pingpong 1x2 transposed", -1, 4)]
-# MOENUM_GEMM_BENCH_ENGINES=name,name,... keeps those engines only (the automatic choice always), as
+ROWS_UNTOLD = "gpu.grouped.rows_untold"
+# MOENUM_GEMM_BENCH_ENGINES=name,name,... keeps those engines only (the automatic choices always), as
 # in bench/gpu_gemm_bench.cu: short sweeps.
 if os.environ.get("MOENUM_GEMM_BENCH_ENGINES"):
     _kept = os.environ["MOENUM_GEMM_BENCH_ENGINES"].split(",")
-    ENGINES = [e for e in ENGINES if e[0] == "gpu.grouped" or e[0] in _kept]
+    ENGINES = [e for e in ENGINES if e[0] in ("gpu.grouped", ROWS_UNTOLD) or e[0] in _kept]
 
 
 def load_capi(path):
@@ -51,7 +55,7 @@ def load_capi(path):
     lib.moenum_fprop_new.restype = ctypes.c_void_p
     lib.moenum_fprop_new.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
                                      ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
-    lib.moenum_fprop_run.argtypes = [ctypes.c_void_p] * 6
+    lib.moenum_fprop_run.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] + [ctypes.c_void_p] * 3
     lib.moenum_fprop_free.argtypes = [ctypes.c_void_p]
     lib.moenum_fprop_tile.argtypes = [ctypes.c_char_p]
     return lib
@@ -84,18 +88,19 @@ def routing(g, m, zipf, device="cuda"):
     return offs32, counts64, offsets64
 
 
-def moenum_plan(lib, tile, chunks, run, a, b, d, counts64, offsets64, sm_count=-1):
+def moenum_plan(lib, tile, chunks, run, a, b, d, counts64, offsets64, sm_count=-1, rows_told=True):
     """(a call running moenum's plan of that tile, sub-groups, run and grid SMs (-1: all) on A = a,
-    B = b into d, on torch's current stream; the plan's handle, for moenum_fprop_free). Raises if no
-    plan is made."""
+    B = b into d, on torch's current stream, telling it the rows of a unless rows_told is False; the
+    plan's handle, for moenum_fprop_free). Raises if no plan is made."""
     g, n, k = b.shape
+    rows = a.shape[0] if rows_told else 0
     h = lib.moenum_fprop_new(tile, chunks, run, sm_count, g, n, k, ctypes.c_void_p(b.data_ptr()))
     if not h:
         raise RuntimeError("moenum_fprop_new failed")
     stream = torch.cuda.current_stream().cuda_stream
 
     def call():
-        if lib.moenum_fprop_run(h, a.data_ptr(), d.data_ptr(), counts64.data_ptr(), offsets64.data_ptr(), stream):
+        if lib.moenum_fprop_run(h, a.data_ptr(), d.data_ptr(), rows, counts64.data_ptr(), offsets64.data_ptr(), stream):
             raise RuntimeError("moenum_fprop_run failed")
     return call, h
 
@@ -149,7 +154,8 @@ def main():
             handles = []
             for engine, tile, chunks, run in ENGINES:
                 outs[engine] = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
-                calls[engine], h = moenum_plan(lib, tiles[tile], chunks, run, a, b, outs[engine], counts64, offsets64)
+                calls[engine], h = moenum_plan(lib, tiles[tile], chunks, run, a, b, outs[engine], counts64, offsets64,
+                                               rows_told=engine != ROWS_UNTOLD)
                 handles.append(h)
             names = list(calls)
             ref = outs["torch._grouped_mm"].view(torch.int16)

@@ -83,7 +83,8 @@ void report_auto_choice(const GroupedGemmDesc& g, const char* shape, const char*
   sm90::Tile tile = tiles.even;
   if (tiles.chosen_on_device()) {
     DeviceBuffer<int> counts_class(1);
-    sm90::launch_counts_class(g.counts, g.groups, counts_class.get(), s);
+    const int64_t equal_rows = tiles.batch_equal_groups ? sm90::equal_groups_rows(g) : 0;
+    sm90::launch_counts_class(g.counts, g.offsets, g.groups, equal_rows, counts_class.get(), s);
     const auto c = static_cast<sm90::CountsClass>(counts_class.download(s)[0]);
     how = std::string("device: ") + sm90::counts_class_name(c);
     tile = tiles.for_class(c);
@@ -115,7 +116,7 @@ int main() {
       launch_counts_to_offsets(counts.get(), offsets.get(), sh.groups, s);
       GroupedGemmDesc g;
       g.id = 0, g.kind = GemmKind::Fprop, g.groups = sh.groups, g.n = sh.N, g.k = sh.K, g.a = A.get(),
-      g.d_rows = D.get(), g.counts = counts.get(), g.offsets = offsets.get();
+      g.d_rows = D.get(), g.rows = sh.M, g.counts = counts.get(), g.offsets = offsets.get();
       for (int e = 0; e < sh.groups; ++e) g.b_expert.push_back(B.get() + size_t(e) * sh.N * sh.K);
       std::vector<std::pair<std::string, std::unique_ptr<GemmEngine>>> engines;
 #ifdef MOENUM_HAVE_CUTLASS

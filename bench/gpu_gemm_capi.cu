@@ -54,12 +54,15 @@ void* moenum_fprop_new(int tile, int chunks, int run, int sm_count, int groups, 
   }
 }
 
-// Launches on `stream` (a cudaStream_t); the weights are the ones given to moenum_fprop_new.
-int moenum_fprop_run(void* handle, const void* a, void* d, const int64_t* counts, const int64_t* offsets, void* stream) {
+// Launches on `stream` (a cudaStream_t); the weights are the ones given to moenum_fprop_new; rows:
+// the rows of a and d (0: not told, as for a caller that does not know them on the host).
+int moenum_fprop_run(void* handle, const void* a, void* d, int64_t rows, const int64_t* counts, const int64_t* offsets,
+                     void* stream) {
   try {
     auto* h = static_cast<FpropHandle*>(handle);
     h->desc.a = static_cast<const uint16_t*>(a);
     h->desc.d_rows = static_cast<uint16_t*>(d);
+    h->desc.rows = rows;
     h->desc.counts = counts;
     h->desc.offsets = offsets;
     const auto s = static_cast<cudaStream_t>(stream);

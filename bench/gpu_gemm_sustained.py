@@ -9,7 +9,8 @@ power gains more there. Here each engine runs back to back for about 0.6 s per r
 sweep; the host queues ahead, so no launch gap is timed), timed by CUDA events; rounds rotate the
 engine order; median of the rounds (5, or 3 in a sweep).
   default: every shape and routing of bench/gpu_peer_torch.py; torch._grouped_mm, gpu.grouped's
-           automatic choice and the dense ceiling (torch.mm of all the rows with one expert's
+           automatic choice (with the rows told, and untold: without the strided batch for equal
+           counts) and the dense ceiling (torch.mm of all the rows with one expert's
            weight: the same products without the other weights' traffic or any grouping).
   --sweep: the uniform cells, every configuration of bench/gpu_gemm_ab_torch.py's ENGINES forced
            beside torch and the automatic choice; --sweep-zipf: the same on the zipf s=1.2 cells.
@@ -26,7 +27,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_gemm_ab_torch import ENGINES, moenum_plan, open_capi, operands, routing  # noqa: E402
+from gpu_gemm_ab_torch import ENGINES, ROWS_UNTOLD, moenum_plan, open_capi, operands, routing  # noqa: E402
 from gpu_peer_torch import SHAPES  # noqa: E402
 
 TORCH, DENSE = "torch._grouped_mm", "torch.mm dense"
@@ -67,7 +68,7 @@ def main():
     sweep = next((sweep_dists[a] for a in args if a in sweep_dists), None)
     args = [a for a in args if a not in sweep_dists]
     library = args[0] if len(args) == 1 else None
-    engines = [(e, tile, chunks, run) for e, tile, chunks, run in ENGINES if sweep or e == "gpu.grouped"]
+    engines = [(e, tile, chunks, run) for e, tile, chunks, run in ENGINES if sweep or e in ("gpu.grouped", ROWS_UNTOLD)]
     lib, tiles = open_capi(library, __doc__, [tile for _, tile, _, _ in engines])
     seconds, rounds = (0.4, 3) if sweep else (0.6, 5)
     cases = [(name, zipf) for name, *_ in SHAPES for zipf in (sweep or (False, True))]
@@ -87,7 +88,8 @@ def main():
         outs, handles = {}, []
         for engine, tile, chunks, run in engines:
             outs[engine] = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
-            calls[engine], h = moenum_plan(lib, tiles[tile], chunks, run, a, b, outs[engine], counts64, offsets64)
+            calls[engine], h = moenum_plan(lib, tiles[tile], chunks, run, a, b, outs[engine], counts64, offsets64,
+                                           rows_told=engine != ROWS_UNTOLD)
             handles.append(h)
         names = list(calls)
         med, count = held_medians(calls, seconds, rounds)

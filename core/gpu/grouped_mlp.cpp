@@ -237,14 +237,14 @@ GroupedGemmDesc GroupedMlp::desc(layer::Gemm gemm) const {
   };
   switch (gd.kind) {
     case layer::GemmKind::kFprop:  // rows . W^T, W [n, k]
-      g.kind = GemmKind::Fprop, g.n = w1 ? 2 * F_ : H_, g.k = cols(gd.a.source);
+      g.kind = GemmKind::Fprop, g.n = w1 ? 2 * F_ : H_, g.k = cols(gd.a.source), g.rows = R_;
       g.a = rows_of(gd.a), g.b_expert = weights_of(gd.b);
       g.d_rows = gemm == layer::Gemm::kFc1Fprop ? h_.get() : o_.get();
       if (gemm == layer::Gemm::kFc1Fprop && opt_.fc1_bias_in_epilogue && opt_.bias)
         for (int64_t e = 0; e < E_; ++e) g.bias_expert.push_back(b1_.get() + e * 2 * F_);
       break;
     case layer::GemmKind::kDgrad:  // rows . W, W [k, n]
-      g.kind = GemmKind::Dgrad, g.n = w1 ? H_ : F_, g.k = cols(gd.a.source);
+      g.kind = GemmKind::Dgrad, g.n = w1 ? H_ : F_, g.k = cols(gd.a.source), g.rows = R_;
       g.a = rows_of(gd.a), g.b_expert = weights_of(gd.b);
       g.d_rows = gemm == layer::Gemm::kFc1Dgrad ? dxr_.get() : da_.get();
       break;

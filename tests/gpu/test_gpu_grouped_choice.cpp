@@ -40,11 +40,15 @@ std::vector<int64_t> bench_counts(int groups, int64_t rows, bool zipf) {
   return c;
 }
 
-sm90::CountsClass device_class(const std::vector<int64_t>& counts) {
-  DeviceBuffer<int64_t> d;
+// The device's class of the counts, laid out back to back from row 0; equal_rows: the rows per group
+// of a strided batch on offer (0: none).
+sm90::CountsClass device_class(const std::vector<int64_t>& counts, int64_t equal_rows = 0) {
+  const int groups = static_cast<int>(counts.size());
+  DeviceBuffer<int64_t> d, offsets(groups + 1);
   d.upload(counts);
+  gpu::launch_counts_to_offsets(d.get(), offsets.get(), groups, nullptr);
   DeviceBuffer<int> counts_class(1);
-  sm90::launch_counts_class(d.get(), static_cast<int>(counts.size()), counts_class.get(), nullptr);
+  sm90::launch_counts_class(d.get(), offsets.get(), groups, equal_rows, counts_class.get(), nullptr);
   return static_cast<sm90::CountsClass>(counts_class.download()[0]);
 }
 using Class = sm90::CountsClass;
@@ -81,7 +85,7 @@ struct FpropCase {
     d.reset(rows * n);
     counts.reset(groups);
     offsets.reset(groups + 1);
-    g.kind = gpu::GemmKind::Fprop, g.groups = groups, g.n = n, g.k = k, g.a = a.get(), g.d_rows = d.get();
+    g.kind = gpu::GemmKind::Fprop, g.groups = groups, g.n = n, g.k = k, g.a = a.get(), g.d_rows = d.get(), g.rows = rows;
     g.counts = counts.get(), g.offsets = offsets.get();
     for (int e = 0; e < groups; ++e) g.b_expert.push_back(b.get() + size_t(e) * n * k);
   }
@@ -157,6 +161,37 @@ TEST(FpropRule, WideMidKFollowsMemoryBandwidth) {
   }
 }
 
+// Equal groups may run as one strided batch where the host knows the rows, they split evenly into at
+// most four M tiles per group, and the weights are one tensor with a fixed stride. No device needed.
+TEST(FpropRule, StridedBatchNeedsRowsAndOneWeightTensor) {
+  gpu::GroupedGemmDesc g;
+  g.kind = gpu::GemmKind::Fprop, g.groups = 4, g.n = 1024, g.k = 2048, g.rows = 4 * 512;
+  const int64_t per = g.n * g.k;
+  const std::vector<uint16_t> storage(g.groups * (per + 8));  // host stand-in: only addresses are read
+  const uint16_t* weights = storage.data();
+  for (int e = 0; e < g.groups; ++e) g.b_expert.push_back(weights + e * per);
+  EXPECT_EQ(sm90::equal_groups_rows(g), 512);
+  EXPECT_TRUE(sm90::fprop_tiles(g, kH200).batch_equal_groups);
+  auto with = [&](auto change) {
+    gpu::GroupedGemmDesc h = g;
+    change(h);
+    return sm90::equal_groups_rows(h);
+  };
+  EXPECT_EQ(with([](auto& h) { h.rows = 0; }), 0) << "rows not known on the host";
+  EXPECT_EQ(with([](auto& h) { h.rows = 4 * 512 - 2; }), 0) << "rows not a whole number per group";
+  EXPECT_EQ(with([](auto& h) { h.rows -= 4; }), 511);
+  EXPECT_EQ(with([](auto& h) { h.rows = 4 * 528; }), 0) << "over four M tiles per group";
+  EXPECT_EQ(with([](auto& h) { h.kind = gpu::GemmKind::Dgrad; }), 0);
+  EXPECT_EQ(with([&](auto& h) { std::swap(h.b_expert[1], h.b_expert[2]); }), 0) << "weights out of order";
+  EXPECT_EQ(with([&](auto& h) { h.b_expert[3] += 8; }), 0) << "stride not fixed";
+  EXPECT_EQ(with([&](auto& h) { for (int e = 0; e < 4; ++e) h.b_expert[e] = weights + e * (per - 8); }), 0) << "overlap";
+  EXPECT_EQ(with([&](auto& h) { for (int e = 0; e < 4; ++e) h.b_expert[e] = weights + e * (per + 8); }), 512);
+  EXPECT_EQ(with([&](auto& h) { for (int e = 0; e < 4; ++e) h.b_expert[e] = weights + e * (per + 4); }), 0)
+      << "stride not whole 16-byte units";
+  g.k = 4096;  // long K: one configuration, no batch
+  EXPECT_FALSE(sm90::fprop_tiles(g, kH200).batch_equal_groups);
+}
+
 TEST_F(GpuGroupedChoice, CountsClassSplitsTheBenchRoutings) {
   // The bench's group counts and rows: uniform Qwen3-30B (128 experts, 64k rows), Qwen3.5-35B (256
   // experts) and gpt-oss-120b (128 experts, 32k rows) have 256 or 512 rows per group, the others more.
@@ -177,6 +212,13 @@ TEST_F(GpuGroupedChoice, CountsClassSplitsTheBenchRoutings) {
   EXPECT_EQ(device_class({0, 0, 0, 0}), Class::kSmallGroups);
   EXPECT_EQ(device_class(std::vector<int64_t>(1000, 16)), Class::kSmallGroups);  // more groups than threads
   EXPECT_EQ(device_class(std::vector<int64_t>(1000, 600)), Class::kEven);
+  // Equal small groups: only with a strided batch on offer, and only for its rows per group.
+  EXPECT_EQ(device_class(std::vector<int64_t>(1000, 256), 256), Class::kEqualSmallGroups);
+  EXPECT_EQ(device_class(std::vector<int64_t>(1000, 256), 0), Class::kSmallGroups);
+  EXPECT_EQ(device_class(std::vector<int64_t>(1000, 256), 240), Class::kSmallGroups);
+  EXPECT_EQ(device_class({256, 256, 256, 240}, 256), Class::kSmallGroups);
+  EXPECT_EQ(device_class({240, 272, 256, 256}, 256), Class::kSmallGroups);  // same total, not equal
+  EXPECT_EQ(device_class({0, 0, 0, 0}, 256), Class::kSmallGroups);
 }
 
 TEST_F(GpuGroupedChoice, AutomaticEngineMatchesBaseBitwise) {
@@ -207,6 +249,67 @@ TEST_F(GpuGroupedChoice, AutomaticEngineMatchesBaseBitwise) {
       for (sm90::Tile t : {tiles.even, tiles.small_groups, tiles.skewed})
         EXPECT_EQ(want, c.run(*gpu::make_cutlass_sm90_engine({t, -1}), s)) << what << ", " << sm90::tile_name(t);
     }
+  }
+  ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(s));
+}
+
+// Equal small groups (512 rows each, filling the rows the host was told, back to back) run as one
+// strided batched GEMM where the device finds them so: bitwise the 128x128 tile's output, eagerly,
+// with a partial last k-tile, queued with changing counts and replayed from a graph. Counts that are
+// not equal, or equal but short of the rows, run the grouped kernels. 16 groups: enough tiles for every
+// SM, so the batch's persistent grid is the grouped kernels' (a launch carries one grid).
+TEST_F(GpuGroupedChoice, EqualSmallGroupsRunAsStridedBatchBitwise) {
+  constexpr int kGroups = 16;
+  constexpr int64_t kPerGroup = 512, kRows = kGroups * kPerGroup;
+  const std::vector<int64_t> equal(kGroups, kPerGroup), short_of_rows(kGroups, 256);
+  std::vector<int64_t> unequal = equal;
+  unequal[0] -= 16, unequal[1] += 16;
+  const std::vector<int64_t>* const sets[] = {&equal, &unequal, &short_of_rows};
+  for (auto [k, n] : {std::pair<int64_t, int64_t>{1024, 1024}, {2000, 1024}, {2048, 1536}, {2048, 1024}, {2048, 4096}}) {
+    FpropCase c(k, kGroups, kRows, n);
+    const std::string shape = "K " + std::to_string(k) + ", N " + std::to_string(n);
+    const sm90::FpropTiles tiles = sm90::fprop_tiles(c.g, sm90::FpropDevice::current());
+    ASSERT_EQ(sm90::equal_groups_rows(c.g), kPerGroup) << shape;
+    auto base = gpu::make_cutlass_sm90_engine({sm90::Tile::T128x128, 1});
+    auto plan = sm90::make_fprop_plan(c.g, sm90::PlanOptions{});
+    std::vector<std::vector<uint16_t>> want;
+    for (const auto* counts : sets) {
+      c.set_counts(*counts, s);
+      want.push_back(c.run(*base, s));
+      c.poison(s);
+      plan->launch(c.g, s);
+      EXPECT_EQ(want.back(), c.d.download(s)) << shape << ", counts set " << want.size() - 1;
+      EXPECT_EQ(plan->offered_strided_batch(), tiles.batch_equal_groups) << shape;
+    }
+    if (!tiles.batch_equal_groups) continue;  // N 4096 on a device with less DRAM bandwidth per SM
+    EXPECT_EQ(device_class(equal, kPerGroup), Class::kEqualSmallGroups) << shape;
+    // Queued with the counts changing before each call, no host synchronisation.
+    constexpr int kCalls = 6;
+    std::vector<DeviceBuffer<uint16_t>> outs(kCalls);
+    for (int i = 0; i < kCalls; ++i) {
+      outs[i].reset(c.d.size());
+      ASSERT_EQ(cudaSuccess, cudaMemsetAsync(outs[i].get(), 0xFF, outs[i].size() * 2, s));
+      c.set_counts(*sets[i % 3], s);
+      c.g.d_rows = outs[i].get();
+      plan->launch(c.g, s);
+    }
+    for (int i = 0; i < kCalls; ++i) EXPECT_EQ(want[i % 3], outs[i].download(s)) << shape << ", queued call " << i;
+    c.g.d_rows = c.d.get();
+    // One graph replayed across equal and unequal counts.
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    ASSERT_EQ(cudaSuccess, cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+    plan->launch(c.g, s);
+    ASSERT_EQ(cudaSuccess, cudaStreamEndCapture(s, &graph));
+    ASSERT_EQ(cudaSuccess, cudaGraphInstantiate(&exec, graph, 0));
+    for (int set : {0, 1, 0, 2, 0}) {
+      c.set_counts(*sets[set], s);
+      c.poison(s);
+      ASSERT_EQ(cudaSuccess, cudaGraphLaunch(exec, s));
+      EXPECT_EQ(want[set], c.d.download(s)) << shape << ", replay, counts set " << set;
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
   }
   ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(s));
 }

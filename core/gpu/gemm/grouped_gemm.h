@@ -24,6 +24,7 @@ struct GroupedGemmDesc {
   GemmKind kind = GemmKind::Fprop;
   int groups = 0;
   int64_t m = 0;               // Wgrad only: rows of D_e
+  int64_t rows = 0;            // Fprop/Dgrad: rows of the a and d_rows buffers (0: not known on the host)
   int64_t n = 0;               // columns of D
   int64_t k = 0;               // Fprop/Dgrad: reduction length
   const uint16_t* a = nullptr;                 // rows operand

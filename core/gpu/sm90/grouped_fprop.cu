@@ -80,6 +80,7 @@ const char* counts_class_name(CountsClass c) {
     case CountsClass::kEven: return "counts even";
     case CountsClass::kSmallGroups: return "counts even, small groups";
     case CountsClass::kSkewed: return "counts skewed";
+    case CountsClass::kEqualSmallGroups: return "counts equal, small groups: strided batch";
   }
   return "?";
 }
@@ -111,6 +112,12 @@ const char* counts_class_name(CountsClass c) {
 //              (1.00x, the transposed 1x2 pingpong 0.96x); skewed counts the pingpong on the
 //              transposed problem, which shares A without rounding a group's row tiles up to an even
 //              count (1.20x; the untransposed 2x1 pingpong 0.92x).
+//   Equal small groups (every count the same, at most four M tiles, back to back, as a
+//              capacity-padded dispatcher gives; the rows known on the host, one weight tensor): the
+//              plans that choose on the device run their small-groups configuration as one strided
+//              batched GEMM (GroupedKernel::Batch, StridedBatch). The grouped kernels rewrite and fence
+//              the tensor maps at every group change, which with groups of a few tiles is most tiles
+//              (bench/RESULTS.md, "Where the uniform small-group GEMMs lose"); a batch rewrites none.
 // A choice among configurations of one cluster shape and thread count is one kernel launch
 // (ChoicePlan). Not chosen: 2x2 clusters (slower than 1x2 on every shape); 256x128 and 256x192
 // cooperative tiles (behind pingpong on every 128/256-expert shape). One call or five after an idle
@@ -134,11 +141,12 @@ FpropTiles fprop_tiles(const GroupedGemmDesc& g, const FpropDevice& device) {
   if (g.kind != GemmKind::Fprop || g.n < 1024 || g.n % 64 != 0)
     return {Tile::T128x128, Tile::T128x128, Tile::T128x128};
   if (g.k < kLongK && g.n % 192 == 0)
-    return {Tile::T128x192Pingpong, Tile::T192x128PingpongT, Tile::T128x192Pingpong};
+    return {Tile::T128x192Pingpong, Tile::T192x128PingpongT, Tile::T128x192Pingpong, true};
   const bool wide_mid_k = g.k >= kMidK && g.k < kLongK && g.n >= kWideN;
   if (g.k < kMidK || (wide_mid_k && device.memory_rich()))
-    return {Tile::T128x128Pingpong, Tile::T128x128PingpongT, Tile::T128x128Pingpong};
-  if (g.k < kLongK && !wide_mid_k) return {Tile::T128x128PingpongM2, Tile::T128x256M2, Tile::T128x128PingpongTM2};
+    return {Tile::T128x128Pingpong, Tile::T128x128PingpongT, Tile::T128x128Pingpong, true};
+  if (g.k < kLongK && !wide_mid_k)
+    return {Tile::T128x128PingpongM2, Tile::T128x256M2, Tile::T128x128PingpongTM2, true};
   return {Tile::T128x256M2, Tile::T128x256M2, Tile::T128x256M2};
 }
 
@@ -175,25 +183,33 @@ int fprop_run(const GroupedGemmDesc& g, Tile t, int sm_count) {
 static constexpr int64_t kSkewedMaxOverMean = 2;
 static constexpr int64_t kSmallGroupRows = 4 * 128;
 
-__host__ __device__ constexpr CountsClass classify_counts(int64_t max_count, int64_t total, int groups) {
+// Equal small groups: every count the plan's equal_rows (at most kSmallGroupRows, equal_groups_rows)
+// at offset e x equal_rows, which the strided batch computes.
+__host__ __device__ constexpr CountsClass classify_counts(int64_t max_count, int64_t total, int groups,
+                                                          bool equal_groups) {
+  if (equal_groups) return CountsClass::kEqualSmallGroups;
   if (max_count * groups > kSkewedMaxOverMean * total) return CountsClass::kSkewed;
   return total <= kSmallGroupRows * groups ? CountsClass::kSmallGroups : CountsClass::kEven;
 }
 
 // The class of the counts, computed by one whole block of kThreads threads (every thread gets it):
-// the max and the sum of the counts by warp shuffles, one shared-memory step across the warps, then
+// the max and the sum of the counts by warp shuffles, one shared-memory step across the warps (its
+// barrier also ANDs whether each group sits where a strided batch of equal_rows rows puts it), then
 // classify_counts.
 template <int kThreads>
-__device__ CountsClass block_counts_class(const int64_t* counts, int groups) {
+__device__ CountsClass block_counts_class(const int64_t* counts, const int64_t* offsets, int groups,
+                                          int64_t equal_rows) {
   static_assert(kThreads % 32 == 0, "whole warps");
   constexpr int kWarps = kThreads / 32;
   __shared__ int64_t warp_max[kWarps], warp_sum[kWarps];
   const int t = threadIdx.x;
   int64_t mx = 0, sum = 0;
+  bool batch_layout = equal_rows > 0;
   for (int e = t; e < groups; e += kThreads) {
     const int64_t c = counts[e];
     mx = c > mx ? c : mx;
     sum += c;
+    if (equal_rows > 0) batch_layout = batch_layout && c == equal_rows && offsets[e] == e * equal_rows;
   }
   for (int lane_mask = 16; lane_mask > 0; lane_mask /= 2) {
     const int64_t other_max = __shfl_xor_sync(0xffffffffu, mx, lane_mask);
@@ -201,20 +217,34 @@ __device__ CountsClass block_counts_class(const int64_t* counts, int groups) {
     sum += __shfl_xor_sync(0xffffffffu, sum, lane_mask);
   }
   if (t % 32 == 0) warp_max[t / 32] = mx, warp_sum[t / 32] = sum;
-  __syncthreads();
+  const bool equal_groups = __syncthreads_and(batch_layout);
   mx = warp_max[0], sum = warp_sum[0];
   for (int w = 1; w < kWarps; ++w) mx = warp_max[w] > mx ? warp_max[w] : mx, sum += warp_sum[w];
-  return classify_counts(mx, sum, groups);
+  return classify_counts(mx, sum, groups, equal_groups);
 }
 
-__global__ void counts_class_kernel(const int64_t* counts, int groups, int* counts_class) {
-  const CountsClass c = block_counts_class<256>(counts, groups);
+__global__ void counts_class_kernel(const int64_t* counts, const int64_t* offsets, int groups, int64_t equal_rows,
+                                    int* counts_class) {
+  const CountsClass c = block_counts_class<256>(counts, offsets, groups, equal_rows);
   if (threadIdx.x == 0) *counts_class = static_cast<int>(c);
 }
 
-void launch_counts_class(const int64_t* counts, int groups, int* counts_class, cudaStream_t s) {
-  counts_class_kernel<<<1, 256, 0, s>>>(counts, groups, counts_class);
+void launch_counts_class(const int64_t* counts, const int64_t* offsets, int groups, int64_t equal_rows,
+                         int* counts_class, cudaStream_t s) {
+  counts_class_kernel<<<1, 256, 0, s>>>(counts, offsets, groups, equal_rows, counts_class);
   MOENUM_CUDA_LAUNCH_CHECK();
+}
+
+int64_t equal_groups_rows(const GroupedGemmDesc& g) {
+  if (g.kind != GemmKind::Fprop || g.groups < 1 || g.rows <= 0 || g.rows % g.groups != 0) return 0;
+  const int64_t rows = g.rows / g.groups;
+  if (rows > kSmallGroupRows || static_cast<int64_t>(g.b_expert.size()) != g.groups) return 0;
+  // One weight tensor: a fixed stride of whole 16-byte units (TMA), no expert overlapping the next.
+  const int64_t stride = g.groups > 1 ? g.b_expert[1] - g.b_expert[0] : g.n * g.k;
+  if (stride < g.n * g.k || stride % 8 != 0) return 0;
+  for (int e = 2; e < g.groups; ++e)
+    if (g.b_expert[e] - g.b_expert[e - 1] != stride) return 0;
+  return rows;
 }
 
 int default_chunks(const GroupedGemmDesc& g) {
@@ -232,12 +262,14 @@ std::unique_ptr<GroupedGemmPlan> make_tile_plan(const GroupedGemmDesc& g, Tile t
   });
 }
 
-// What choose_and_fill needs: every configuration's fill target, and which one each class of counts
-// runs (indexed by CountsClass).
+// What choose_and_fill needs: every configuration's fill target, which one each class of counts runs
+// (indexed by CountsClass; kConfigs: the strided batch, which needs no fill), and the rows per group
+// of the strided batch (0: not offered this launch, so never chosen).
 template <class ED, int kConfigs>
 struct ChoiceFill {
   FillTarget<ED> target[kConfigs];
-  int config_of_class[3];
+  int config_of_class[4];
+  int64_t equal_rows;
 };
 
 // Fills the chosen configuration's problem array: every block reduces the counts (max, sum) itself,
@@ -254,11 +286,12 @@ __global__ void choose_and_fill(const ChoiceFill<ED, kConfigs> f, int groups, co
   const int i = blockIdx.x * kThreads + t;
   const int64_t cnt = counts[i % groups], off = offsets[i % groups];
   int which = 0;
-  if constexpr (kConfigs > 1) {
-    const CountsClass counts_class = block_counts_class<kThreads>(counts, groups);
+  if (kConfigs > 1 || f.equal_rows > 0) {
+    const CountsClass counts_class = block_counts_class<kThreads>(counts, offsets, groups, f.equal_rows);
     which = f.config_of_class[static_cast<int>(counts_class)];
   }
   if (blockIdx.x == 0 && t == 0) *choice = which;
+  if (which >= kConfigs) return;
   const FillTarget<ED>& target = f.target[which];
   if (i < groups * target.chunks) fill_entry(target, groups, i, cnt, off);
 }
@@ -307,33 +340,131 @@ __global__ void __launch_bounds__(FirstOf<Ks...>::MaxThreadsPerBlock, FirstOf<Ks
   run_chosen<Ks...>(sizeof...(Ks) == 1 ? 0 : *choice, smem, params);
 }
 
+// Configuration B (a GroupedKernel's Batch) over equal groups as one strided batched GEMM: group e's
+// rows at a + e x rows x k, its weights at b_expert[0] + e x stride, its output rows at
+// d_rows + e x rows x n. The parameters are made on the host at launch from that launch's pointers
+// (three tensor maps, no device work; remade only when a pointer or the rows change) and are only run
+// if the device finds the counts in that layout.
+template <class B>
+class StridedBatch {
+  using Kernel = typename B::Kernel;
+
+ public:
+  // hw: the hardware info the launch's grouped configurations were made with.
+  explicit StridedBatch(const cutlass::KernelHardwareInfo& hw) : hw_(hw) {}
+
+  // The parameters for g, with `rows` rows per group (equal_groups_rows(g) > 0). False if CUTLASS
+  // cannot run them in `grid` (the grid of the launch that carries them) or without a workspace.
+  bool prepare(const GroupedGemmDesc& g, int64_t rows, dim3 grid) {
+    const Key key{g.a, g.d_rows, g.b_expert[0], rows};
+    if (key == key_) return ready_;
+    key_ = key;
+    ready_ = false;
+    const int64_t stride = g.groups > 1 ? g.b_expert[1] - g.b_expert[0] : g.n * g.k;
+    const int n = static_cast<int>(g.n), k = static_cast<int>(g.k), r = static_cast<int>(rows);
+    const auto* a = reinterpret_cast<const Bf16*>(g.a);
+    const auto* b = reinterpret_cast<const Bf16*>(g.b_expert[0]);
+    // Transposed: D^T = B_e . A^T, the weights first (n x k row-major), the rows second (K x rows
+    // column-major), D^T n x rows column-major: the same strides as D rows x n row-major.
+    const int m_extent = B::kTransposed ? n : r, n_extent = B::kTransposed ? r : n;
+    auto sa = cutlass::make_cute_packed_stride(typename Kernel::StrideA{}, {m_extent, k, g.groups});
+    auto sb = cutlass::make_cute_packed_stride(typename Kernel::StrideB{}, {n_extent, k, g.groups});
+    auto sd = cutlass::make_cute_packed_stride(typename Kernel::StrideD{}, {m_extent, n_extent, g.groups});
+    if constexpr (B::kTransposed) cute::get<2>(sa) = stride;
+    else cute::get<2>(sb) = stride;
+    typename Kernel::Arguments args{cutlass::gemm::GemmUniversalMode::kBatched,
+                                    {m_extent, n_extent, k, g.groups},
+                                    {B::kTransposed ? b : a, sa, B::kTransposed ? a : b, sb},
+                                    {{}, nullptr, sd, reinterpret_cast<Bf16*>(g.d_rows), sd},
+                                    hw_};
+    args.epilogue.thread.alpha = 1.0f;
+    args.epilogue.thread.beta = 0.0f;
+    // The grouped scheduler, which has no host sizes, rasterises along N: so its grid's layout.
+    args.scheduler.raster_order = cutlass::gemm::kernel::detail::RasterOrderOptions::AlongN;
+    if (Kernel::can_implement(args) && Kernel::get_workspace_size(args) == 0) {
+      params_ = Kernel::to_underlying_arguments(args, nullptr);
+      const dim3 want = Kernel::get_grid_shape(params_);
+      ready_ = want.x == grid.x && want.y == grid.y && want.z == grid.z;
+    }
+    return ready_;
+  }
+  const typename Kernel::Params& params() const { return params_; }
+
+ private:
+  using Key = std::tuple<const void*, const void*, const void*, int64_t>;
+  cutlass::KernelHardwareInfo hw_;
+  Key key_{nullptr, nullptr, nullptr, 0};
+  bool ready_ = false;
+  typename Kernel::Params params_{};
+};
+
+// The kernels of one ChoicePlan launch (Ks, then the strided batch's if any): the kernel, its
+// parameters and its shared memory.
+template <class... Ks>
+struct Kernels {
+  static constexpr int kSmemBytes = std::max({static_cast<int>(Ks::SharedStorageSize)...});
+  static constexpr auto kKernel = chosen_gemm<Ks...>;
+  using Params = ParamsOf<Ks...>;
+};
+template <class Batch, class... Ks>
+struct LaunchedKernels {
+  using type = Kernels<Ks..., typename Batch::Kernel>;
+};
+template <class... Ks>
+struct LaunchedKernels<void, Ks...> {
+  using type = Kernels<Ks...>;
+};
+// A ChoicePlan's strided batch, or nothing.
+template <class Batch>
+struct BatchHolder {
+  std::unique_ptr<StridedBatch<Batch>> batch;
+};
+template <>
+struct BatchHolder<void> {};
+
 // The automatic plan: one configuration, or several picked on the device from the counts, in two
 // launches (fill, GEMM) like one plan: no host read, graph-capturable, and nothing launched for the
 // configurations not chosen. The GEMM is a programmatic dependent launch of the fill, so its launch
-// and setup overlap the fill (torch._grouped_mm launches its two without that).
-template <class... Cs>
+// and setup overlap the fill (torch._grouped_mm launches its two without that). Batch: void, or a
+// GroupedKernel::Batch of the same cluster shape that equal small groups run (StridedBatch).
+template <class Batch, class... Cs>
 class ChoicePlan final : public GroupedGemmPlan {
   static constexpr int kConfigs = sizeof...(Cs);
+  static constexpr bool kBatch = !std::is_void_v<Batch>;
   using First = FirstOf<Cs...>;
   using FirstKernel = typename First::Kernel;
   static_assert((std::is_same_v<typename Cs::ClusterShape, typename First::ClusterShape> && ...),
                 "one launch: one cluster shape");
   static_assert(((Cs::Kernel::MaxThreadsPerBlock == FirstKernel::MaxThreadsPerBlock &&
                   Cs::Kernel::MinBlocksPerMultiprocessor == FirstKernel::MinBlocksPerMultiprocessor) && ...));
-  static constexpr int kSmemBytes = std::max({static_cast<int>(Cs::Kernel::SharedStorageSize)...});
-  static constexpr auto kKernel = chosen_gemm<typename Cs::Kernel...>;
+  using Launched = typename LaunchedKernels<Batch, typename Cs::Kernel...>::type;
+  static constexpr int kSmemBytes = Launched::kSmemBytes;
+  static constexpr auto kKernel = Launched::kKernel;
 
  public:
   ChoicePlan(const GroupedGemmDesc& g, int chunks, int64_t chunk_rows, const std::array<int, kConfigs>& runs,
-             const std::array<int, 3>& config_of_class, int sm_count)
+             const std::array<int, 4>& config_of_class, bool offer_batch, int sm_count)
       : plans_(make_plans(g, chunks, chunk_rows, runs, sm_count, std::index_sequence_for<Cs...>{})),
         config_of_class_(config_of_class),
+        offer_batch_(offer_batch),
         choice_(1) {
     grid_ = FirstKernel::get_grid_shape(std::get<0>(plans_)->params());
     const bool same_grid = (same_dims(Cs::Kernel::get_grid_shape(std::get<std::unique_ptr<Plan<Cs>>>(plans_)->params())) && ...);
     if (!same_grid) throw InternalError("ChoicePlan: the configurations want different persistent grids");
+    if constexpr (kBatch) {
+      static_assert(std::is_same_v<typename Batch::ClusterShape, typename First::ClusterShape>, "one cluster shape");
+      static_assert(Batch::Kernel::MaxThreadsPerBlock == FirstKernel::MaxThreadsPerBlock &&
+                    Batch::Kernel::MinBlocksPerMultiprocessor == FirstKernel::MinBlocksPerMultiprocessor);
+      int dev = 0;
+      MOENUM_CUDA_CHECK(cudaGetDevice(&dev));
+      auto hw = cutlass::KernelHardwareInfo::make_kernel_hardware_info<FirstKernel>(dev);
+      if (sm_count > 0) hw.sm_count = std::min(hw.sm_count, sm_count);
+      batch_.batch = std::make_unique<StridedBatch<Batch>>(hw);
+    }
     MOENUM_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   }
+
+  bool offered_strided_batch() const override { return offered_batch_; }
 
   void launch(const GroupedGemmDesc& g, cudaStream_t s) override {
     ChoiceFill<D, kConfigs> f{};
@@ -345,13 +476,22 @@ class ChoicePlan final : public GroupedGemmPlan {
         },
         plans_);
     std::copy(config_of_class_.begin(), config_of_class_.end(), f.config_of_class);
+    if constexpr (kBatch) {
+      const int64_t rows = offer_batch_ ? equal_groups_rows(g) : 0;
+      f.equal_rows = rows > 0 && batch_.batch->prepare(g, rows, grid_) ? rows : 0;
+    }
+    offered_batch_ = f.equal_rows > 0;
     choose_and_fill<D, kConfigs><<<(entries + 127) / 128, 128, 0, s>>>(f, g.groups, g.counts, g.offsets, choice_.get());
     MOENUM_CUDA_LAUNCH_CHECK();
     using Cluster = typename First::ClusterShape;
     const dim3 cluster(cute::size<0>(Cluster{}), cute::size<1>(Cluster{}), 1);
     std::apply(
         [&](const auto&... plan) {
-          ParamsOf<typename Cs::Kernel...> params = params_of<typename Cs::Kernel...>(plan->params()...);
+          typename Launched::Params params;
+          if constexpr (kBatch)
+            params = params_of<typename Cs::Kernel..., typename Batch::Kernel>(plan->params()..., batch_.batch->params());
+          else
+            params = params_of<typename Cs::Kernel...>(plan->params()...);
           const int* choice = choice_.get();
           void* args[] = {&params, &choice};
           MOENUM_CUTLASS_CHECK(cutlass::ClusterLauncher::launch(grid_, cluster, FirstKernel::get_block_shape(),
@@ -371,15 +511,19 @@ class ChoicePlan final : public GroupedGemmPlan {
   bool same_dims(dim3 d) const { return d.x == grid_.x && d.y == grid_.y && d.z == grid_.z; }
 
   std::tuple<std::unique_ptr<Plan<Cs>>...> plans_;
-  std::array<int, 3> config_of_class_;
+  BatchHolder<Batch> batch_;
+  std::array<int, 4> config_of_class_;
+  bool offer_batch_;
+  bool offered_batch_ = false;
   DeviceBuffer<int> choice_;
   dim3 grid_;
 };
 
 // The distinct configurations of tiles (even first) and, for each CountsClass, its index among them.
+// Equal small groups: one past the tiles, the strided batch (only ever chosen where it is offered).
 struct DistinctTiles {
   std::vector<Tile> tiles;
-  std::array<int, 3> config_of_class{};
+  std::array<int, 4> config_of_class{};
 };
 DistinctTiles distinct_tiles(const FpropTiles& tiles) {
   DistinctTiles d;
@@ -389,6 +533,7 @@ DistinctTiles distinct_tiles(const FpropTiles& tiles) {
     if (it == d.tiles.end()) it = d.tiles.insert(d.tiles.end(), t);
     d.config_of_class[static_cast<int>(c)] = static_cast<int>(it - d.tiles.begin());
   }
+  d.config_of_class[static_cast<int>(CountsClass::kEqualSmallGroups)] = static_cast<int>(d.tiles.size());
   return d;
 }
 
@@ -400,21 +545,29 @@ std::unique_ptr<GroupedGemmPlan> make_fprop_plan(const GroupedGemmDesc& g, const
   auto run = [&](Tile t) { return o.run > 0 ? o.run : fprop_run(g, t, device.sm_count); };
   const int sm_count = std::max(o.sm_count, 0);
   if (o.tile != Tile::Auto) return make_tile_plan(g, o.tile, chunks, o.chunk_rows, run(o.tile), sm_count);
-  const DistinctTiles d = distinct_tiles(fprop_tiles(g, device));
-  auto choice = [&](auto... kernels) -> std::unique_ptr<GroupedGemmPlan> {
+  const FpropTiles tiles = fprop_tiles(g, device);
+  const DistinctTiles d = distinct_tiles(tiles);
+  // batch: std::type_identity of the strided batch's configuration (void: none); the plans that
+  // choose on the device carry their small-groups configuration's, offered where the rule says.
+  auto choice = [&](auto batch, auto... kernels) -> std::unique_ptr<GroupedGemmPlan> {
+    using Batch = typename decltype(batch)::type;
     std::array<int, sizeof...(kernels)> runs{};
     for (size_t i = 0; i < runs.size(); ++i) runs[i] = run(d.tiles[i]);
-    return std::make_unique<ChoicePlan<decltype(kernels)...>>(g, chunks, o.chunk_rows, runs, d.config_of_class,
-                                                              sm_count);
+    return std::make_unique<ChoicePlan<Batch, decltype(kernels)...>>(g, chunks, o.chunk_rows, runs, d.config_of_class,
+                                                                     tiles.batch_equal_groups, sm_count);
   };
+  constexpr std::type_identity<void> no_batch;
   auto tiles_are = [&](std::initializer_list<Tile> want) { return std::equal(want.begin(), want.end(), d.tiles.begin(), d.tiles.end()); };
-  if (tiles_are({Tile::T128x128})) return choice(GroupedKernel<LA, LB, D>{});
-  if (tiles_are({Tile::T128x256M2})) return choice(WideM2Kernel{});
-  if (tiles_are({Tile::T128x128Pingpong, Tile::T128x128PingpongT})) return choice(PingpongKernel{}, PingpongTransposedKernel{});
+  if (tiles_are({Tile::T128x128})) return choice(no_batch, GroupedKernel<LA, LB, D>{});
+  if (tiles_are({Tile::T128x256M2})) return choice(no_batch, WideM2Kernel{});
+  if (tiles_are({Tile::T128x128Pingpong, Tile::T128x128PingpongT}))
+    return choice(std::type_identity<PingpongTransposedKernel::Batch>{}, PingpongKernel{}, PingpongTransposedKernel{});
   if (tiles_are({Tile::T128x192Pingpong, Tile::T192x128PingpongT}))
-    return choice(Pingpong192Kernel{}, PingpongTransposed192Kernel{});
+    return choice(std::type_identity<PingpongTransposed192Kernel::Batch>{}, Pingpong192Kernel{},
+                  PingpongTransposed192Kernel{});
   if (tiles_are({Tile::T128x128PingpongM2, Tile::T128x256M2, Tile::T128x128PingpongTM2}))
-    return choice(PingpongM2Kernel{}, WideM2Kernel{}, PingpongTransposedM2Kernel{});
+    return choice(std::type_identity<WideM2Kernel::Batch>{}, PingpongM2Kernel{}, WideM2Kernel{},
+                  PingpongTransposedM2Kernel{});
   std::string names;
   for (Tile t : d.tiles) names += std::string(names.empty() ? "" : " / ") + tile_name(t);
   throw InternalError("no ChoicePlan for " + names);

@@ -40,13 +40,18 @@ using Shape3 = ProblemShape::UnderlyingProblemShape;
 // The two warp-specialized schedules. Cooperative: both consumer warp groups share one output tile
 // (each takes half of its rows). Pingpong: each consumer warp group owns a whole tile, and the two
 // alternate, so one group's epilogue overlaps the other's mainloop (short K loops gain most).
+// Batch*: the same schedule over a strided batch (fixed strides, no per-group pointers).
 struct Cooperative {
   using Kernel = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
   using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+  using BatchKernel = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using BatchEpilogue = cutlass::epilogue::TmaWarpSpecializedCooperative;
 };
 struct Pingpong {
   using Kernel = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
   using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
+  using BatchKernel = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+  using BatchEpilogue = cutlass::epilogue::TmaWarpSpecialized;
 };
 
 template <class LayoutA, class LayoutB, class ElementD_, int TileN = 128, int ClusterN = 1, int ClusterM = 1,
@@ -93,6 +98,26 @@ struct GroupedKernel {
   using StrideB = typename Gemm::GemmKernel::InternalStrideB;
   using StrideC = typename Gemm::GemmKernel::InternalStrideC;
   using StrideD = typename Gemm::GemmKernel::InternalStrideD;
+
+  // The same configuration as one strided batched GEMM over the groups (L = groups), for equal groups
+  // laid out back to back (grouped_fprop.cu, StridedBatch): no tensor map changes from group to group.
+  // Same tile, cluster, schedule, k loop and epilogue, so the same bits.
+  struct Batch {
+    static constexpr bool kTransposed = GroupedKernel::kTransposed;
+    using ClusterShape = GroupedKernel::ClusterShape;
+    using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+        cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+        cutlass::epilogue::collective::EpilogueTileAuto, Acc, Acc,
+        void, LayoutD, kAlignD,
+        ElementD, LayoutD, kAlignD,
+        typename Schedule::BatchEpilogue, cutlass::epilogue::fusion::LinearCombination<ElementD, Acc>>::CollectiveOp;
+    using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+        cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+        ElementA, LayoutA, kAlignAB, ElementB, LayoutB, kAlignAB, Acc, TileShape, ClusterShape,
+        cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
+        typename Schedule::BatchKernel>::CollectiveOp;
+    using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue>;
+  };
 };
 
 using Bf16 = cutlass::bfloat16_t;

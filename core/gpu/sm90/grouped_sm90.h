@@ -34,8 +34,10 @@
 //     changes no value), whether the problem is transposed (T128x128PingpongT computes D^T = B_e .
 //     A^T: the same exact products a * b in the same k order) and whatever the schedule (pingpong
 //     gives a whole tile to one consumer warp group instead of half of it to each of two; both run
-//     the same CUTLASS mainloop, the same k loop and instructions) and whatever cluster takes which
-//     tile in which order (the pingpong's runs, run_scheduler.cuh). A K that is not a multiple of
+//     the same CUTLASS mainloop, the same k loop and instructions), whatever cluster takes which
+//     tile in which order (the pingpong's runs, run_scheduler.cuh) and whether equal groups run as
+//     one strided batched GEMM (GroupedKernel::Batch: CUTLASS's non-grouped mainloop and epilogue of
+//     the same schedule, the same k loop and instructions, with fixed strides for pointers). A K that is not a multiple of
 //     64 is zero-filled by TMA: zero products, which leave the chain's bits unchanged (moenum/tc.h).
 //   chunks (Fprop/Dgrad): sub-groups split M only, never K.
 //   Wgrad: K is the group's rows in plan order, one group per expert (chunks = 1), never split.
@@ -59,6 +61,8 @@ class GroupedGemmPlan {
  public:
   virtual ~GroupedGemmPlan() = default;
   virtual void launch(const GroupedGemmDesc& g, cudaStream_t s) = 0;
+  // Whether the last launch let the device run equal groups as one strided batch (equal_groups_rows).
+  virtual bool offered_strided_batch() const { return false; }
 };
 
 // The tile configurations (tile M x N x K, cluster M x N, schedule). All are data-parallel: each
@@ -95,18 +99,22 @@ std::unique_ptr<GroupedGemmPlan> make_wgrad_plan(const GroupedGemmDesc& g, const
 
 // The classes of counts the automatic Fprop choice tells apart (thresholds in grouped_fprop.cu):
 // skewed (the largest group well above the mean), small groups (balanced, at most four M tiles per
-// group on average), and the other balanced counts.
-enum class CountsClass : int { kEven = 0, kSmallGroups = 1, kSkewed = 2 };
+// group on average), and the other balanced counts. Equal small groups: small groups that all hold
+// the same rows, back to back from row 0 (offsets e x rows), as a capacity-padded dispatcher gives;
+// only told apart when the plan offers a strided batch for them (equal_groups_rows).
+enum class CountsClass : int { kEven = 0, kSmallGroups = 1, kSkewed = 2, kEqualSmallGroups = 3 };
 const char* counts_class_name(CountsClass c);
 
 // The automatic Fprop configuration for each class of counts (the rule is in grouped_fprop.cu).
-// All equal when the counts do not matter.
+// All equal when the counts do not matter. batch_equal_groups: equal small groups run the
+// small-groups configuration as one strided batched GEMM (same tile and k loop, same bits).
 struct FpropTiles {
   Tile even;
   Tile small_groups;
   Tile skewed;
+  bool batch_equal_groups = false;
   Tile for_class(CountsClass c) const {
-    return c == CountsClass::kSkewed ? skewed : c == CountsClass::kSmallGroups ? small_groups : even;
+    return c == CountsClass::kSkewed ? skewed : c == CountsClass::kEven ? even : small_groups;
   }
   bool chosen_on_device() const { return even != skewed || even != small_groups; }
 };
@@ -126,8 +134,15 @@ FpropTiles fprop_tiles(const GroupedGemmDesc& g, const FpropDevice& device);
 int fprop_run(const GroupedGemmDesc& g, Tile t, int sm_count);
 int default_chunks(const GroupedGemmDesc& g);
 
-// Sets *counts_class (device) to the CountsClass of the device counts[0, groups): one small kernel
-// on s, no host read. Exposed for the tests and the bench.
-void launch_counts_class(const int64_t* counts, int groups, int* counts_class, cudaStream_t s);
+// The rows of each group if g's groups can run as one strided batch, should the device find them
+// equal: the rows of g's buffers known on the host and a whole number of at most four M tiles per
+// group, and the weights one tensor with a fixed stride between experts. 0 otherwise.
+int64_t equal_groups_rows(const GroupedGemmDesc& g);
+
+// Sets *counts_class (device) to the CountsClass of the device counts[0, groups) and offsets (for
+// kEqualSmallGroups: every count equal_rows, at offset e x equal_rows; never with equal_rows 0): one
+// small kernel on s, no host read. Exposed for the tests and the bench.
+void launch_counts_class(const int64_t* counts, const int64_t* offsets, int groups, int64_t equal_rows,
+                         int* counts_class, cudaStream_t s);
 
 }  // namespace moenum::gpu::sm90
