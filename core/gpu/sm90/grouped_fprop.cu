@@ -356,11 +356,11 @@ class StridedBatch {
   // The parameters for g, with `rows` rows per group (equal_groups_rows(g) > 0). False if CUTLASS
   // cannot run them in `grid` (the grid of the launch that carries them) or without a workspace.
   bool prepare(const GroupedGemmDesc& g, int64_t rows, dim3 grid) {
-    const Key key{g.a, g.d_rows, g.b_expert[0], rows};
+    const int64_t stride = g.groups > 1 ? g.b_expert[1] - g.b_expert[0] : g.n * g.k;
+    const Key key{g.a, g.d_rows, g.b_expert[0], stride, rows};
     if (key == key_) return ready_;
     key_ = key;
     ready_ = false;
-    const int64_t stride = g.groups > 1 ? g.b_expert[1] - g.b_expert[0] : g.n * g.k;
     const int n = static_cast<int>(g.n), k = static_cast<int>(g.k), r = static_cast<int>(rows);
     const auto* a = reinterpret_cast<const Bf16*>(g.a);
     const auto* b = reinterpret_cast<const Bf16*>(g.b_expert[0]);
@@ -391,9 +391,9 @@ class StridedBatch {
   const typename Kernel::Params& params() const { return params_; }
 
  private:
-  using Key = std::tuple<const void*, const void*, const void*, int64_t>;
+  using Key = std::tuple<const void*, const void*, const void*, int64_t, int64_t>;
   cutlass::KernelHardwareInfo hw_;
-  Key key_{nullptr, nullptr, nullptr, 0};
+  Key key_{nullptr, nullptr, nullptr, 0, 0};
   bool ready_ = false;
   typename Kernel::Params params_{};
 };
