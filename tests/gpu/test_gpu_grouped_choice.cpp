@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <iterator>
 #include <tuple>
@@ -122,6 +123,51 @@ std::vector<std::vector<uint16_t>> base_outputs(FpropCase& c, cudaStream_t s) {
     want.push_back(c.run(*base, s));
   }
   return want;
+}
+
+using CountSets = std::vector<const std::vector<int64_t>*>;
+
+// `launch` (one GEMM on c.g, on s) called `calls` times back to back, call i on the counts
+// sets[i % size] and into an output of its own, with no host synchronisation: the outputs in order.
+template <class Launch>
+std::vector<std::vector<uint16_t>> queued_outputs(FpropCase& c, const CountSets& sets, int calls, Launch launch,
+                                                  cudaStream_t s) {
+  std::vector<DeviceBuffer<uint16_t>> outs(calls);
+  uint16_t* const d = c.g.d_rows;
+  for (int i = 0; i < calls; ++i) {
+    outs[i].reset(c.d.size());
+    EXPECT_EQ(cudaSuccess, cudaMemsetAsync(outs[i].get(), 0xFF, outs[i].size() * 2, s));
+    c.set_counts(*sets[i % sets.size()], s);
+    c.g.d_rows = outs[i].get();
+    launch();
+  }
+  c.g.d_rows = d;
+  std::vector<std::vector<uint16_t>> got;
+  for (auto& out : outs) got.push_back(out.download(s));
+  return got;
+}
+
+// `launch` captured once in a CUDA graph and replayed on the counts sets[i] for each i of `order`
+// (same buffers, new values): the outputs in order.
+template <class Launch>
+std::vector<std::vector<uint16_t>> replayed_outputs(FpropCase& c, const CountSets& sets, std::initializer_list<int> order,
+                                                    Launch launch, cudaStream_t s) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  EXPECT_EQ(cudaSuccess, cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+  launch();
+  EXPECT_EQ(cudaSuccess, cudaStreamEndCapture(s, &graph));
+  EXPECT_EQ(cudaSuccess, cudaGraphInstantiate(&exec, graph, 0));
+  std::vector<std::vector<uint16_t>> got;
+  for (int set : order) {
+    c.set_counts(*sets[set], s);
+    c.poison(s);
+    EXPECT_EQ(cudaSuccess, cudaGraphLaunch(exec, s));
+    got.push_back(c.d.download(s));
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  return got;
 }
 
 // Every test here needs the CUTLASS sm_90a kernels on an sm_90 device, and gets a stream.
@@ -264,7 +310,7 @@ TEST_F(GpuGroupedChoice, EqualSmallGroupsRunAsStridedBatchBitwise) {
   const std::vector<int64_t> equal(kGroups, kPerGroup), short_of_rows(kGroups, 256);
   std::vector<int64_t> unequal = equal;
   unequal[0] -= 16, unequal[1] += 16;
-  const std::vector<int64_t>* const sets[] = {&equal, &unequal, &short_of_rows};
+  const CountSets sets = {&equal, &unequal, &short_of_rows};
   for (auto [k, n] : {std::pair<int64_t, int64_t>{1024, 1024}, {2000, 1024}, {2048, 1536}, {2048, 1024}, {2048, 4096}}) {
     FpropCase c(k, kGroups, kRows, n);
     const std::string shape = "K " + std::to_string(k) + ", N " + std::to_string(n);
@@ -283,33 +329,13 @@ TEST_F(GpuGroupedChoice, EqualSmallGroupsRunAsStridedBatchBitwise) {
     }
     if (!tiles.batch_equal_groups) continue;  // N 4096 on a device with less DRAM bandwidth per SM
     EXPECT_EQ(device_class(equal, kPerGroup), Class::kEqualSmallGroups) << shape;
-    // Queued with the counts changing before each call, no host synchronisation.
-    constexpr int kCalls = 6;
-    std::vector<DeviceBuffer<uint16_t>> outs(kCalls);
-    for (int i = 0; i < kCalls; ++i) {
-      outs[i].reset(c.d.size());
-      ASSERT_EQ(cudaSuccess, cudaMemsetAsync(outs[i].get(), 0xFF, outs[i].size() * 2, s));
-      c.set_counts(*sets[i % 3], s);
-      c.g.d_rows = outs[i].get();
-      plan->launch(c.g, s);
-    }
-    for (int i = 0; i < kCalls; ++i) EXPECT_EQ(want[i % 3], outs[i].download(s)) << shape << ", queued call " << i;
-    c.g.d_rows = c.d.get();
-    // One graph replayed across equal and unequal counts.
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    ASSERT_EQ(cudaSuccess, cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
-    plan->launch(c.g, s);
-    ASSERT_EQ(cudaSuccess, cudaStreamEndCapture(s, &graph));
-    ASSERT_EQ(cudaSuccess, cudaGraphInstantiate(&exec, graph, 0));
-    for (int set : {0, 1, 0, 2, 0}) {
-      c.set_counts(*sets[set], s);
-      c.poison(s);
-      ASSERT_EQ(cudaSuccess, cudaGraphLaunch(exec, s));
-      EXPECT_EQ(want[set], c.d.download(s)) << shape << ", replay, counts set " << set;
-    }
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
+    auto launch = [&] { plan->launch(c.g, s); };
+    const auto queued = queued_outputs(c, sets, 6, launch, s);
+    for (size_t i = 0; i < queued.size(); ++i) EXPECT_EQ(want[i % 3], queued[i]) << shape << ", queued call " << i;
+    const std::initializer_list<int> order = {0, 1, 0, 2, 0};
+    const auto replayed = replayed_outputs(c, sets, order, launch, s);
+    for (size_t i = 0; i < replayed.size(); ++i)
+      EXPECT_EQ(want[order.begin()[i]], replayed[i]) << shape << ", replay " << i;
   }
   ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(s));
 }
@@ -341,17 +367,10 @@ TEST_F(GpuGroupedChoice, QueuedCallsSeeTheirOwnCounts) {
     FpropCase c(k);
     const std::vector<std::vector<uint16_t>> want = base_outputs(c, s);
     auto automatic = gpu::make_cutlass_sm90_engine();
-    constexpr int kCalls = 12;
-    std::vector<DeviceBuffer<uint16_t>> outs(kCalls);
-    for (int i = 0; i < kCalls; ++i) {
-      outs[i].reset(c.d.size());
-      ASSERT_EQ(cudaSuccess, cudaMemsetAsync(outs[i].get(), 0xFF, outs[i].size() * 2, s));
-      c.set_counts(*kCountSets[i % 3], s);
-      c.g.d_rows = outs[i].get();
-      automatic->run(c.g, s);
-    }
-    for (int i = 0; i < kCalls; ++i)
-      EXPECT_EQ(want[i % 3], outs[i].download(s)) << "call " << i << ", " << set_name(kCountSets[i % 3]) << ", K " << k;
+    const auto got = queued_outputs(c, {std::begin(kCountSets), std::end(kCountSets)}, 12,
+                                    [&] { automatic->run(c.g, s); }, s);
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_EQ(want[i % 3], got[i]) << "call " << i << ", " << set_name(kCountSets[i % 3]) << ", K " << k;
   }
   ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(s));
 }
@@ -409,21 +428,13 @@ TEST_F(GpuGroupedChoice, GraphReplayFollowsNewCounts) {
 
     auto automatic = gpu::make_cutlass_sm90_engine();
     c.run(*automatic, s);  // first run outside the capture: creates the plans (allocations)
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    ASSERT_EQ(cudaSuccess, cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
-    automatic->run(c.g, s);
-    ASSERT_EQ(cudaSuccess, cudaStreamEndCapture(s, &graph));
-    ASSERT_EQ(cudaSuccess, cudaGraphInstantiate(&exec, graph, 0));
-
-    for (int set : {0, 1, 2, 0, 2, 1}) {
-      c.set_counts(*kCountSets[set], s);  // same buffers, new values
-      c.poison(s);
-      ASSERT_EQ(cudaSuccess, cudaGraphLaunch(exec, s));
-      EXPECT_EQ(want[set], c.d.download(s)) << "replay, " << set_name(kCountSets[set]) << ", K " << k << ", N " << n;
+    const std::initializer_list<int> order = {0, 1, 2, 0, 2, 1};
+    const auto got = replayed_outputs(c, {std::begin(kCountSets), std::end(kCountSets)}, order,
+                                      [&] { automatic->run(c.g, s); }, s);
+    for (size_t i = 0; i < got.size(); ++i) {
+      const int set = order.begin()[i];
+      EXPECT_EQ(want[set], got[i]) << "replay, " << set_name(kCountSets[set]) << ", K " << k << ", N " << n;
     }
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
   }
 }
 
