@@ -379,8 +379,8 @@ class StridedBatch {
                                     hw_};
     args.epilogue.thread.alpha = 1.0f;
     args.epilogue.thread.beta = 0.0f;
-    // The grouped scheduler, which has no host sizes, rasterises along N: so its grid's layout.
-    args.scheduler.raster_order = cutlass::gemm::kernel::detail::RasterOrderOptions::AlongN;
+    // The grouped scheduler rasterises along M (its default), which sets its grid's layout.
+    args.scheduler.raster_order = cutlass::gemm::kernel::detail::RasterOrderOptions::AlongM;
     if (Kernel::can_implement(args) && Kernel::get_workspace_size(args) == 0) {
       params_ = Kernel::to_underlying_arguments(args, nullptr);
       const dim3 want = Kernel::get_grid_shape(params_);
