@@ -9,8 +9,10 @@
 //   tile  : 128x128x64 cooperative (every kind), or for Fprop one of the wider or pingpong
 //           configurations of Tile (fprop_tiles: from N and K, and from the class of the counts;
 //           the others on request, for the bench). A choice on the device builds every candidate
-//           configuration's arrays and CUTLASS parameters (two or three); one small kernel
-//           classifies the counts and fills the chosen configuration's problem array, and one
+//           configuration's arrays and CUTLASS parameters (two or three, and where the rows are
+//           known on the host the strided batch for equal small groups: equal_groups_rows); one
+//           small kernel classifies the counts and fills the chosen configuration's problem array
+//           (the batch needs none), and one
 //           kernel launch runs the chosen CUTLASS kernel (all have the same cluster and threads),
 //           a programmatic dependent launch of the fill, so its setup overlaps the fill. No host
 //           read, so it stays graph-capturable, and it launches no more than a single
