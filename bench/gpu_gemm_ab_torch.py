@@ -21,11 +21,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_peer_torch import SHAPES, make_counts  # noqa: E402
 
+# The automatic choice without the rows on the host, so never the strided batch that equal counts
+# can run (grouped_sm90.h, equal_groups_rows): the grouped kernels alone.
+ROWS_UNTOLD = "gpu.grouped.rows_untold"
 # (engine, tile as sm90::tile_name names it, sub-groups per group, tiles per run; -1 = automatic)
-# gpu.grouped.rows_untold: the automatic choice without the rows on the host, so never the strided
-# batch that equal counts can run (grouped_sm90.h, equal_groups_rows): the grouped kernels alone.
 ENGINES = [("gpu.grouped", "auto", -1, -1),
-           ("gpu.grouped.rows_untold", "auto", -1, -1),
+           (ROWS_UNTOLD, "auto", -1, -1),
            ("gpu.grouped.pingpong", "128x128 pingpong 1x2", -1, 1),
            ("gpu.grouped.pingpong_whole", "128x128 pingpong 1x2", 1, 1),
            ("gpu.grouped.pingpong_m2", "128x128 pingpong 2x1", -1, 1),
@@ -41,7 +42,6 @@ ENGINES = [("gpu.grouped", "auto", -1, -1),
            ("gpu.grouped.pingpong_t192", "192x128 pingpong 1x2 transposed", -1, 1),
            ("gpu.grouped.pingpong_t192_r2", "192x128 pingpong 1x2 transposed", -1, 2),
            ("gpu.grouped.pingpong_t192_r4", "192x128 pingpong 1x2 transposed", -1, 4)]
-ROWS_UNTOLD = "gpu.grouped.rows_untold"
 # MOENUM_GEMM_BENCH_ENGINES=name,name,... keeps those engines only (the automatic choices always), as
 # in bench/gpu_gemm_bench.cu: short sweeps.
 if os.environ.get("MOENUM_GEMM_BENCH_ENGINES"):

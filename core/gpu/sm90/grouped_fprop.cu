@@ -235,12 +235,17 @@ void launch_counts_class(const int64_t* counts, const int64_t* offsets, int grou
   MOENUM_CUDA_LAUNCH_CHECK();
 }
 
+// Elements from one expert's weights to the next's, if the weights are one strided tensor.
+static int64_t expert_weight_stride(const GroupedGemmDesc& g) {
+  return g.groups > 1 ? g.b_expert[1] - g.b_expert[0] : g.n * g.k;
+}
+
 int64_t equal_groups_rows(const GroupedGemmDesc& g) {
   if (g.kind != GemmKind::Fprop || g.groups < 1 || g.rows <= 0 || g.rows % g.groups != 0) return 0;
   const int64_t rows = g.rows / g.groups;
   if (rows > kSmallGroupRows || static_cast<int64_t>(g.b_expert.size()) != g.groups) return 0;
   // One weight tensor: a fixed stride of whole 16-byte units (TMA), no expert overlapping the next.
-  const int64_t stride = g.groups > 1 ? g.b_expert[1] - g.b_expert[0] : g.n * g.k;
+  const int64_t stride = expert_weight_stride(g);
   if (stride < g.n * g.k || stride % 8 != 0) return 0;
   for (int e = 2; e < g.groups; ++e)
     if (g.b_expert[e] - g.b_expert[e - 1] != stride) return 0;
@@ -356,7 +361,7 @@ class StridedBatch {
   // The parameters for g, with `rows` rows per group (equal_groups_rows(g) > 0). False if CUTLASS
   // cannot run them in `grid` (the grid of the launch that carries them) or without a workspace.
   bool prepare(const GroupedGemmDesc& g, int64_t rows, dim3 grid) {
-    const int64_t stride = g.groups > 1 ? g.b_expert[1] - g.b_expert[0] : g.n * g.k;
+    const int64_t stride = expert_weight_stride(g);
     const Key key{g.a, g.d_rows, g.b_expert[0], stride, rows};
     if (key == key_) return ready_;
     key_ = key;
@@ -455,11 +460,7 @@ class ChoicePlan final : public GroupedGemmPlan {
       static_assert(std::is_same_v<typename Batch::ClusterShape, typename First::ClusterShape>, "one cluster shape");
       static_assert(Batch::Kernel::MaxThreadsPerBlock == FirstKernel::MaxThreadsPerBlock &&
                     Batch::Kernel::MinBlocksPerMultiprocessor == FirstKernel::MinBlocksPerMultiprocessor);
-      int dev = 0;
-      MOENUM_CUDA_CHECK(cudaGetDevice(&dev));
-      auto hw = cutlass::KernelHardwareInfo::make_kernel_hardware_info<FirstKernel>(dev);
-      if (sm_count > 0) hw.sm_count = std::min(hw.sm_count, sm_count);
-      batch_.batch = std::make_unique<StridedBatch<Batch>>(hw);
+      batch_.batch = std::make_unique<StridedBatch<Batch>>(hardware_info<FirstKernel>(sm_count));
     }
     MOENUM_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   }

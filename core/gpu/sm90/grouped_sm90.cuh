@@ -122,6 +122,17 @@ struct GroupedKernel {
 
 using Bf16 = cutlass::bfloat16_t;
 
+// The hardware info CUTLASS sizes Kernel's persistent grid from: this device's SMs (at most sm_count
+// where it is > 0) and the clusters of Kernel that fit at once.
+template <class Kernel>
+cutlass::KernelHardwareInfo hardware_info(int sm_count) {
+  int dev = 0;
+  MOENUM_CUDA_CHECK(cudaGetDevice(&dev));
+  auto hw = cutlass::KernelHardwareInfo::make_kernel_hardware_info<Kernel>(dev);
+  if (sm_count > 0) hw.sm_count = std::min(hw.sm_count, sm_count);
+  return hw;
+}
+
 // What fill_groups writes for one plan: its per-sub-group problem array, from the device counts.
 //   rows_major: Fprop/Dgrad, the group's M is its row count, A and D advance by rows. Group e's rows
 //               are split into up to `chunks` sub-groups of `chunk` rows each (chunk >= min_rows, a
@@ -224,10 +235,7 @@ class Plan final : public GroupedGemmPlan {
     }
     MOENUM_CUDA_CHECK(cudaStreamSynchronize(nullptr));  // uploads done before the host vectors go
 
-    int dev = 0;
-    MOENUM_CUDA_CHECK(cudaGetDevice(&dev));
-    auto hw = cutlass::KernelHardwareInfo::make_kernel_hardware_info<typename K::Kernel>(dev);
-    if (sm_count > 0) hw.sm_count = std::min(hw.sm_count, sm_count);
+    const auto hw = hardware_info<typename K::Kernel>(sm_count);
     typename K::Problem problem;
     problem.num_groups = total;
     problem.problem_shapes = shapes_.get();
