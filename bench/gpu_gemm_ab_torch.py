@@ -42,11 +42,16 @@ ENGINES = [("gpu.grouped", "auto", -1, -1),
            ("gpu.grouped.pingpong_t192", "192x128 pingpong 1x2 transposed", -1, 1),
            ("gpu.grouped.pingpong_t192_r2", "192x128 pingpong 1x2 transposed", -1, 2),
            ("gpu.grouped.pingpong_t192_r4", "192x128 pingpong 1x2 transposed", -1, 4)]
+# Each forced tile also running equal small groups as its strided batch (grouped_sm90.h,
+# PlanOptions::strided_batch; on uniform counts of at most 512 rows per group, the batch alone):
+# ENGINE.batch, timed only where MOENUM_GEMM_BENCH_ENGINES names it.
+BATCH_ENGINES = [(f"{engine}.batch", f"{tile} + strided batch", chunks, run) for engine, tile, chunks, run in ENGINES
+                 if tile != "auto" and (chunks, run) == (-1, 1)]
 # MOENUM_GEMM_BENCH_ENGINES=name,name,... keeps those engines only (the automatic choices always), as
 # in bench/gpu_gemm_bench.cu: short sweeps.
 if os.environ.get("MOENUM_GEMM_BENCH_ENGINES"):
     _kept = os.environ["MOENUM_GEMM_BENCH_ENGINES"].split(",")
-    ENGINES = [e for e in ENGINES if e[0] in ("gpu.grouped", ROWS_UNTOLD) or e[0] in _kept]
+    ENGINES = [e for e in ENGINES + BATCH_ENGINES if e[0] in ("gpu.grouped", ROWS_UNTOLD) or e[0] in _kept]
 
 
 def load_capi(path):

@@ -9,11 +9,16 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <string>
 
 #include "gemm/grouped_gemm.h"
 #include "sm90/cutlass_engine.h"
 
 namespace {
+
+// sm90::PlanOptions::strided_batch, as a bit of the tile value and a suffix of the tile's name.
+constexpr int kStridedBatchBit = 0x100;
+constexpr const char* kStridedBatchSuffix = " + strided batch";
 
 struct FpropHandle {
   std::unique_ptr<moenum::gpu::GemmEngine> engine;
@@ -24,20 +29,26 @@ struct FpropHandle {
 
 extern "C" {
 
-// The value of the sm90::Tile named `name` (sm90::tile_name), or -1 if no tile has that name.
+// The value of the sm90::Tile named `name` (sm90::tile_name), or -1 if no tile has that name. A
+// forced tile's name followed by kStridedBatchSuffix: its value with kStridedBatchBit set.
 int moenum_fprop_tile(const char* name) {
   namespace sm90 = moenum::gpu::sm90;
-  for (int t = 0; t < static_cast<int>(sm90::Tile::kCount); ++t)
-    if (std::strcmp(sm90::tile_name(static_cast<sm90::Tile>(t)), name) == 0) return t;
+  const size_t length = std::strlen(name), suffix = std::strlen(kStridedBatchSuffix);
+  const bool batch = length > suffix && std::strcmp(name + length - suffix, kStridedBatchSuffix) == 0;
+  const std::string tile(name, batch ? length - suffix : length);
+  for (int t = static_cast<int>(batch); t < static_cast<int>(sm90::Tile::kCount); ++t)
+    if (tile == sm90::tile_name(static_cast<sm90::Tile>(t))) return t | (batch ? kStridedBatchBit : 0);
   return -1;
 }
 
-// tile: the value of sm90::Tile (0 = the automatic choice; moenum_fprop_tile looks one up);
+// tile: the value of sm90::Tile (0 = the automatic choice; moenum_fprop_tile looks one up), with
+// kStridedBatchBit for a forced tile that also runs equal small groups as its strided batch;
 // chunks, run: -1 = automatic; sm_count: the persistent grid's SMs, -1 = every SM. Null on failure.
 void* moenum_fprop_new(int tile, int chunks, int run, int sm_count, int groups, int64_t n, int64_t k, const void* b) {
   try {
     auto h = std::make_unique<FpropHandle>();
-    moenum::gpu::CutlassSm90Options o{static_cast<moenum::gpu::sm90::Tile>(tile), chunks};
+    moenum::gpu::CutlassSm90Options o{static_cast<moenum::gpu::sm90::Tile>(tile & ~kStridedBatchBit), chunks};
+    o.strided_batch = (tile & kStridedBatchBit) != 0;
     o.run = run;
     o.sm_count = sm_count;
     h->engine = moenum::gpu::make_cutlass_sm90_engine(o);

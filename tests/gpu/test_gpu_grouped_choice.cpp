@@ -393,6 +393,36 @@ TEST_F(GpuGroupedChoice, EveryTileMatchesBaseBitwise) {
   EXPECT_GE(tiles, 9) << "every configuration of Tile after T128x128";
 }
 
+// Every configuration forced with its strided batch (PlanOptions::strided_batch, for the bench's
+// sweeps): equal small groups run the batch, which the plan must have offered, and unequal counts the
+// tile; both bitwise the 128x128 tile's output. 16 groups of 512 rows: a full persistent grid.
+TEST_F(GpuGroupedChoice, EveryTileWithStridedBatchMatchesBaseBitwise) {
+  constexpr int kGroups = 16;
+  constexpr int64_t kPerGroup = 512;
+  FpropCase c(2000, kGroups, kGroups * kPerGroup);
+  const std::vector<int64_t> equal(kGroups, kPerGroup), unequal = [&] {
+    std::vector<int64_t> u = equal;
+    u[0] -= 16, u[1] += 16;
+    return u;
+  }();
+  auto base = gpu::make_cutlass_sm90_engine({sm90::Tile::T128x128, 1});
+  for (int t = static_cast<int>(sm90::Tile::T128x128); t < static_cast<int>(sm90::Tile::kCount); ++t) {
+    sm90::PlanOptions o;
+    o.tile = static_cast<sm90::Tile>(t);
+    o.strided_batch = true;
+    auto plan = sm90::make_fprop_plan(c.g, o);
+    for (const auto* counts : {&equal, &unequal}) {
+      c.set_counts(*counts, s);
+      const std::vector<uint16_t> want = c.run(*base, s);
+      c.poison(s);
+      plan->launch(c.g, s);
+      EXPECT_EQ(want, c.d.download(s)) << sm90::tile_name(o.tile) << (counts == &equal ? ", equal" : ", unequal");
+      EXPECT_TRUE(plan->offered_strided_batch()) << sm90::tile_name(o.tile);
+    }
+  }
+  ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(s));
+}
+
 // Tiles dealt out in runs per cluster (run_scheduler.cuh), forced: bitwise CUTLASS's order. Enough
 // groups that the grid's blocks of `run` waves fill (one cluster per two SMs, 8 weight tiles per
 // group), so the remapped blocks and the partial last block (CUTLASS's order) both run; counts

@@ -93,6 +93,9 @@ struct PlanOptions {
   int chunk_rows = 2048;   // minimum rows of a sub-group
   int run = -1;            // Fprop pingpong tiles per cluster run (run_scheduler.cuh); -1 = fprop_run's rule
   int sm_count = -1;       // Fprop: the persistent grid on at most this many SMs; -1 = every SM
+  // A forced Fprop tile also runs equal small groups as its strided batch, where equal_groups_rows
+  // offers one (for the bench: the automatic plans carry their small-groups configuration's).
+  bool strided_batch = false;
 };
 
 std::unique_ptr<GroupedGemmPlan> make_fprop_plan(const GroupedGemmDesc& g, const PlanOptions& o);  // A row, B col, D bf16
