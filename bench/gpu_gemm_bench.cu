@@ -74,16 +74,19 @@ __global__ void count_mismatch(const uint16_t* a, const uint16_t* b, size_t n, u
 }
 
 #ifdef MOENUM_HAVE_CUTLASS
-// Which configuration gpu.grouped runs on these counts (one host read of the device's class of the
-// counts, outside any timed region), to stderr.
+// Which configuration gpu.grouped runs on these counts (one launch of the automatic plan, which says
+// whether it offered the strided batch, and one host read of the device's class of the counts,
+// outside any timed region; D is overwritten), to stderr.
 void report_auto_choice(const GroupedGemmDesc& g, const char* shape, const char* dist, cudaStream_t s) {
   namespace sm90 = moenum::gpu::sm90;
   const sm90::FpropTiles tiles = sm90::fprop_tiles(g, sm90::FpropDevice::current());
   std::string how = "static";
   sm90::Tile tile = tiles.even;
   if (tiles.chosen_on_device()) {
+    const auto plan = sm90::make_fprop_plan(g, sm90::PlanOptions{});
+    plan->launch(g, s);
     DeviceBuffer<int> counts_class(1);
-    const int64_t equal_rows = tiles.batch_equal_groups ? sm90::equal_groups_rows(g) : 0;
+    const int64_t equal_rows = plan->offered_strided_batch() ? sm90::equal_groups_rows(g) : 0;
     sm90::launch_counts_class(g.counts, g.offsets, g.groups, equal_rows, counts_class.get(), s);
     const auto c = static_cast<sm90::CountsClass>(counts_class.download(s)[0]);
     how = std::string("device: ") + sm90::counts_class_name(c);
