@@ -10,14 +10,16 @@ sweep; the host queues ahead, so no launch gap is timed), timed by CUDA events; 
 engine order; median of the rounds (5, or 3 in a sweep).
   default: every shape and routing of bench/gpu_peer_torch.py; torch._grouped_mm, gpu.grouped's
            automatic choice (with the rows told, and untold: without the strided batch for equal
-           counts) and the dense ceiling (torch.mm of all the rows with one expert's
-           weight: the same products without the other weights' traffic or any grouping).
+           counts), the dense ceiling (torch.mm of all the rows with one expert's
+           weight: the same products without the other weights' traffic or any grouping) and, where
+           the counts are equal, cuBLAS's batched GEMM (torch.bmm of the groups: the same products
+           and bytes as one strided batch, cuBLAS's choice of kernel).
   --sweep: the uniform cells, every configuration of bench/gpu_gemm_ab_torch.py's ENGINES forced
            beside torch and the automatic choice; --sweep-zipf: the same on the zipf s=1.2 cells.
 MOENUM_GEMM_SHAPES (bench/gpu_peer_torch.py) narrows the shapes, MOENUM_GEMM_BENCH_ENGINES
 (bench/gpu_gemm_ab_torch.py) the engines.
 Prints CSV shape,dist,engine,calls,ms,tflops,vs_torch,differing (differing: elements whose bits
-differ from torch's output; empty for the dense product, which computes other values).
+differ from torch's output; empty for the dense and batched products, whose bits are not compared).
 (NVML's energy counter, tried here, changes every 100 ms on the H200: too coarse for these windows.)
 """
 import sys
@@ -30,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_gemm_ab_torch import ENGINES, ROWS_UNTOLD, moenum_plan, open_capi, operands, routing  # noqa: E402
 from gpu_peer_torch import SHAPES  # noqa: E402
 
-TORCH, DENSE = "torch._grouped_mm", "torch.mm dense"
+TORCH, DENSE, BATCHED = "torch._grouped_mm", "torch.mm dense", "torch.bmm batched"
 
 
 def sustained(call, calls):
@@ -85,6 +87,9 @@ def main():
         calls = {TORCH: lambda: torch._grouped_mm(a, bt, offs=offs32, out_dtype=torch.bfloat16)}
         if not sweep:
             calls[DENSE] = lambda: torch.mm(a, bt[0])
+            if m % g == 0 and torch.equal(offs32, torch.arange(1, g + 1, device="cuda", dtype=torch.int32) * (m // g)):
+                a_batched = a.view(g, m // g, k)
+                calls[BATCHED] = lambda: torch.bmm(a_batched, bt)
         outs, handles = {}, []
         for engine, tile, chunks, run in engines:
             outs[engine] = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
@@ -96,7 +101,7 @@ def main():
         ref = torch_out.view(torch.int16)
         for e in names:
             ms = med[e]
-            differing = "" if e == DENSE else 0 if e == TORCH else int((outs[e].view(torch.int16) != ref).sum())
+            differing = "" if e in (DENSE, BATCHED) else 0 if e == TORCH else int((outs[e].view(torch.int16) != ref).sum())
             tflops = 2.0 * m * n * k / (ms * 1e-3) / 1e12
             print(f"{name},{dist},{e},{count[e]},{ms:.4f},{tflops:.1f},{med[TORCH] / ms:.3f},{differing}", flush=True)
         for h in handles:
