@@ -548,11 +548,11 @@ std::unique_ptr<GroupedGemmPlan> make_fprop_plan(const GroupedGemmDesc& g, const
   if (o.tile != Tile::Auto && !o.strided_batch)
     return make_tile_plan(g, o.tile, chunks, o.chunk_rows, run(o.tile), sm_count);
   if (o.tile != Tile::Auto) {
-    const std::array<int, 4> config_of_class = {0, 0, 0, 1};  // equal small groups: the batch
+    const DistinctTiles d = distinct_tiles({o.tile, o.tile, o.tile});
     return with_tile_kernel(o.tile, [&](auto kernel) -> std::unique_ptr<GroupedGemmPlan> {
       using K = decltype(kernel);
       return std::make_unique<ChoicePlan<typename K::Batch, K>>(g, chunks, o.chunk_rows, std::array<int, 1>{run(o.tile)},
-                                                                config_of_class, true, sm_count);
+                                                                d.config_of_class, true, sm_count);
     });
   }
   const FpropTiles tiles = fprop_tiles(g, device);
