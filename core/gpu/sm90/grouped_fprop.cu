@@ -547,15 +547,8 @@ std::unique_ptr<GroupedGemmPlan> make_fprop_plan(const GroupedGemmDesc& g, const
   const int sm_count = std::max(o.sm_count, 0);
   if (o.tile != Tile::Auto && !o.strided_batch)
     return make_tile_plan(g, o.tile, chunks, o.chunk_rows, run(o.tile), sm_count);
-  if (o.tile != Tile::Auto) {
-    const DistinctTiles d = distinct_tiles({o.tile, o.tile, o.tile});
-    return with_tile_kernel(o.tile, [&](auto kernel) -> std::unique_ptr<GroupedGemmPlan> {
-      using K = decltype(kernel);
-      return std::make_unique<ChoicePlan<typename K::Batch, K>>(g, chunks, o.chunk_rows, std::array<int, 1>{run(o.tile)},
-                                                                d.config_of_class, true, sm_count);
-    });
-  }
-  const FpropTiles tiles = fprop_tiles(g, device);
+  // A forced tile with its strided batch: that tile for every class of counts, the batch offered.
+  const FpropTiles tiles = o.tile == Tile::Auto ? fprop_tiles(g, device) : FpropTiles{o.tile, o.tile, o.tile, true};
   const DistinctTiles d = distinct_tiles(tiles);
   // batch: std::type_identity of the strided batch's configuration (void: none); the plans that
   // choose on the device carry their small-groups configuration's, offered where the rule says.
@@ -566,6 +559,10 @@ std::unique_ptr<GroupedGemmPlan> make_fprop_plan(const GroupedGemmDesc& g, const
     return std::make_unique<ChoicePlan<Batch, decltype(kernels)...>>(g, chunks, o.chunk_rows, runs, d.config_of_class,
                                                                      tiles.batch_equal_groups, sm_count);
   };
+  if (o.tile != Tile::Auto)
+    return with_tile_kernel(o.tile, [&](auto kernel) {
+      return choice(std::type_identity<typename decltype(kernel)::Batch>{}, kernel);
+    });
   constexpr std::type_identity<void> no_batch;
   auto tiles_are = [&](std::initializer_list<Tile> want) { return std::equal(want.begin(), want.end(), d.tiles.begin(), d.tiles.end()); };
   if (tiles_are({Tile::T128x128})) return choice(no_batch, GroupedKernel<LA, LB, D>{});
