@@ -1,6 +1,6 @@
 """The grouped GEMMs held at the GPU's power limit: time per call, sustained.
 
-python3 bench/gpu_gemm_sustained.py BUILD/libmoenum_gemm_capi.so [--sweep | --sweep-zipf]
+python3 bench/gpu_gemm_sustained.py BUILD/libmoenum_gemm_capi.so [--uniform | --sweep | --sweep-zipf]
 
 In training the GEMMs run back to back for seconds and the GPU sits at its power limit, lowering its
 clock until it draws the limit. One call or a burst of five after an idle gap
@@ -14,6 +14,7 @@ engine order; median of the rounds (5, or 3 in a sweep).
            weight: the same products without the other weights' traffic or any grouping) and, where
            the counts are equal, cuBLAS's batched GEMM (torch.bmm of the groups: the same products
            and bytes as one strided batch, cuBLAS's choice of kernel).
+  --uniform: the default's engines on the uniform cells only (where the batched ceiling applies).
   --sweep: the uniform cells, every configuration of bench/gpu_gemm_ab_torch.py's ENGINES forced
            beside torch and the automatic choice; --sweep-zipf: the same on the zipf s=1.2 cells.
 MOENUM_GEMM_SHAPES (bench/gpu_peer_torch.py) narrows the shapes, MOENUM_GEMM_BENCH_ENGINES
@@ -68,12 +69,13 @@ def main():
     args = sys.argv[1:]
     sweep_dists = {"--sweep": (False,), "--sweep-zipf": (True,)}
     sweep = next((sweep_dists[a] for a in args if a in sweep_dists), None)
-    args = [a for a in args if a not in sweep_dists]
+    dists = (False,) if "--uniform" in args else (False, True)
+    args = [a for a in args if a not in sweep_dists and a != "--uniform"]
     library = args[0] if len(args) == 1 else None
     engines = [(e, tile, chunks, run) for e, tile, chunks, run in ENGINES if sweep or e in ("gpu.grouped", ROWS_UNTOLD)]
     lib, tiles = open_capi(library, __doc__, [tile for _, tile, _, _ in engines])
     seconds, rounds = (0.4, 3) if sweep else (0.6, 5)
-    cases = [(name, zipf) for name, *_ in SHAPES for zipf in (sweep or (False, True))]
+    cases = [(name, zipf) for name, *_ in SHAPES for zipf in (sweep or dists)]
     shapes = {name: (g, m, n, k) for name, g, m, n, k in SHAPES}
     print("shape,dist,engine,calls,ms,tflops,vs_torch,differing")
     for name, zipf in cases:
