@@ -50,6 +50,37 @@ TEST(Tc, StepTruncatesBelowTheLargestExponentAndRoundsTowardZero) {
   EXPECT_EQ(moenum::tc::dot(a.data(), b.data(), 3, 1.0f, Format::kBf16), 1.0f - 0x1p-23f);
 }
 
+// What a kernel that splits one output's K loop over two CTAs may do and keep gpu.grouped's bits: the
+// state between steps is the fp32 accumulator alone, so a chain stopped at a step boundary and
+// carried on from its fp32 value by the next CTA is the whole chain. Adding two partial chains (a
+// split-K or stream-K reduction) is not, nor is a split inside a step.
+TEST(Tc, AChainCarriedOnFromItsAccumulatorAtAStepBoundaryIsTheWholeChain) {
+  const int64_t K = 1024, outputs = 256;
+  std::mt19937 g(11);
+  std::normal_distribution<float> d;
+  std::vector<float> a(outputs * K), b(outputs * K);
+  for (auto& x : a) x = bf16(d(g));
+  for (auto& x : b) x = bf16(d(g) * 0.125f);
+  int reduction_differs = 0, mid_step_differs = 0;
+  for (int64_t o = 0; o < outputs; ++o) {
+    const float* ao = &a[o * K];
+    const float* bo = &b[o * K];
+    const float whole = moenum::tc::dot(ao, bo, K, 0.0f, Format::kBf16);
+    for (int64_t split : {16, 496, 512, 1008}) {
+      const float head = moenum::tc::dot(ao, bo, split, 0.0f, Format::kBf16);
+      const float carried = moenum::tc::dot(ao + split, bo + split, K - split, head, Format::kBf16);
+      ASSERT_EQ(std::bit_cast<uint32_t>(carried), std::bit_cast<uint32_t>(whole)) << "output " << o << ", split " << split;
+      const float tail = moenum::tc::dot(ao + split, bo + split, K - split, 0.0f, Format::kBf16);
+      reduction_differs += std::bit_cast<uint32_t>(head + tail) != std::bit_cast<uint32_t>(whole);
+    }
+    const float head = moenum::tc::dot(ao, bo, 504, 0.0f, Format::kBf16);
+    const float carried = moenum::tc::dot(ao + 504, bo + 504, K - 504, head, Format::kBf16);
+    mid_step_differs += std::bit_cast<uint32_t>(carried) != std::bit_cast<uint32_t>(whole);
+  }
+  EXPECT_GT(reduction_differs, 0);
+  EXPECT_GT(mid_step_differs, 0);
+}
+
 TEST(Tc, ValuesOutsideTheFormatAreRefused) {
   EXPECT_TRUE(moenum::tc::representable(448.0f, Format::kE4M3));
   EXPECT_FALSE(moenum::tc::representable(480.0f, Format::kE4M3));
