@@ -55,7 +55,8 @@ TEST(Tc, StepTruncatesBelowTheLargestExponentAndRoundsTowardZero) {
 // carried on from its fp32 value by the next CTA is the whole chain. Adding two partial chains (a
 // split-K or stream-K reduction) is not, nor is a split inside a step.
 TEST(Tc, AChainCarriedOnFromItsAccumulatorAtAStepBoundaryIsTheWholeChain) {
-  const int64_t K = 1024, outputs = 256;
+  const int64_t L = moenum::tc::step_shape(moenum::tc::Arch::kSm90, Format::kBf16).products;
+  const int64_t K = 64 * L, outputs = 256;
   std::mt19937 g(11);
   std::normal_distribution<float> d;
   std::vector<float> a(outputs * K), b(outputs * K);
@@ -66,15 +67,16 @@ TEST(Tc, AChainCarriedOnFromItsAccumulatorAtAStepBoundaryIsTheWholeChain) {
     const float* ao = &a[o * K];
     const float* bo = &b[o * K];
     const float whole = moenum::tc::dot(ao, bo, K, 0.0f, Format::kBf16);
-    for (int64_t split : {16, 496, 512, 1008}) {
+    for (int64_t split : {L, 31 * L, 32 * L, 63 * L}) {
       const float head = moenum::tc::dot(ao, bo, split, 0.0f, Format::kBf16);
       const float carried = moenum::tc::dot(ao + split, bo + split, K - split, head, Format::kBf16);
       ASSERT_EQ(std::bit_cast<uint32_t>(carried), std::bit_cast<uint32_t>(whole)) << "output " << o << ", split " << split;
       const float tail = moenum::tc::dot(ao + split, bo + split, K - split, 0.0f, Format::kBf16);
       reduction_differs += std::bit_cast<uint32_t>(head + tail) != std::bit_cast<uint32_t>(whole);
     }
-    const float head = moenum::tc::dot(ao, bo, 504, 0.0f, Format::kBf16);
-    const float carried = moenum::tc::dot(ao + 504, bo + 504, K - 504, head, Format::kBf16);
+    const int64_t mid_step = 31 * L + L / 2;
+    const float head = moenum::tc::dot(ao, bo, mid_step, 0.0f, Format::kBf16);
+    const float carried = moenum::tc::dot(ao + mid_step, bo + mid_step, K - mid_step, head, Format::kBf16);
     mid_step_differs += std::bit_cast<uint32_t>(carried) != std::bit_cast<uint32_t>(whole);
   }
   EXPECT_GT(reduction_differs, 0);
