@@ -308,12 +308,18 @@ def _schema_has(dotted: str) -> bool:
     return True  # a leaf, or a whole section (then each value is a mapping)
 
 
-def _set_dotted(d: dict, dotted: str, value) -> None:
+def _set_dotted(d: dict, dotted: str, value, err) -> None:
+    """Set `value` at `dotted` in the point; a section on the way that is not a mapping (`recipe: bf16`
+    under a sweep of `recipe.grad_format`) is the file's error, named at that section."""
     parts = dotted.split(".")
-    for part in parts[:-1]:
-        d = d.setdefault(part, {})
-        if isinstance(d, str):  # a shorthand being overridden
-            raise KeyError(dotted)
+    for depth, part in enumerate(parts[:-1], start=1):
+        if d.get(part) is None:
+            d[part] = {}
+        d = d[part]
+        if not isinstance(d, dict):
+            section = ".".join(parts[:depth])
+            raise err(section, f"must be a mapping, got {type(d).__name__} (sweep.{dotted} sets a key "
+                               f"inside it)")
     d[parts[-1]] = value
 
 
@@ -357,7 +363,7 @@ def expand(data: dict, file: str, lines: dict, progress=None) -> list[Scenario]:
     for combo in itertools.product(*(sweep[k] for k in keys)):
         point = copy.deepcopy(_normalise_shorthands(copy.deepcopy(raw)))
         for key, value in zip(keys, combo):
-            _set_dotted(point, key, value)
+            _set_dotted(point, key, value, base_err)
         suffix = ",".join(f"{k}={_format_value(v)}" for k, v in zip(keys, combo))
         # Errors inside a point point at the sweep line of the key that made the point.
         point_lines = dict(lines)
