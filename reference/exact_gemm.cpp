@@ -210,6 +210,64 @@ bool certify_f32(double c, double s, int64_t n, int q, float* out) {
   return true;
 }
 
+namespace {
+
+// a + b = sum + *err exactly, for any finite a and b (Knuth's TwoSum: no branch on the magnitudes).
+inline double two_sum(double a, double b, double* err) {
+  const double sum = a + b, b_part = sum - a;
+  *err = (a - (sum - b_part)) + (b - b_part);
+  return sum;
+}
+
+// Significands of at most 26 bits: the low 27 bits of the fp64 fraction are zero, so the product of
+// two such values (53 bits at most) is exact in fp64 unless it underflows.
+constexpr uint64_t kBelowNarrowSignificand = (uint64_t{1} << 27) - 1;
+
+}  // namespace
+
+bool certify_compensated_f32(const double* a, const double* b, int64_t K, int64_t sa, int64_t sb,
+                             const double* extra, double s, float* out) {
+  // Independent lanes, so consecutive TwoSums do not wait on each other.
+  constexpr int kLanes = 4;
+  double sum[kLanes] = {}, err[kLanes] = {};
+  uint64_t low_bits = 0;
+  const auto term = [&](int lane, double x, double y) {
+    low_bits |= f64_bits(x) | f64_bits(y);
+    double e;
+    sum[lane] = two_sum(sum[lane], x * y, &e);
+    err[lane] += e;
+  };
+  int64_t k = 0;
+  for (; k + kLanes <= K; k += kLanes)
+    for (int lane = 0; lane < kLanes; ++lane) term(lane, a[(k + lane) * sa], b[(k + lane) * sb]);
+  for (; k < K; ++k) term(0, a[k * sa], b[k * sb]);
+  if (low_bits & kBelowNarrowSignificand) return false;  // a product may have been rounded
+  double total = sum[0], errors = 0.0;
+  for (int lane = 0; lane < kLanes; ++lane) errors += err[lane];
+  for (int lane = 1; lane < kLanes; ++lane) {
+    double e;
+    total = two_sum(total, sum[lane], &e);
+    errors += e;
+  }
+  if (extra) {
+    double e;
+    total = two_sum(total, *extra, &e);
+    errors += e;
+  }
+  // exact = total + (the TwoSum errors, exactly); `errors` is their fp64 sum, n terms each at most
+  // u times a partial sum, so it is off by at most gamma(n)^2 S_true <= 2 (n u)^2 s (s within a
+  // factor 2 of S_true, whatever order computed it). r = fl(total + errors) adds u|r|. The bound
+  // below is twice that, which also covers rounding r +- bound.
+  const double r = total + errors;
+  if (!std::isfinite(r)) return false;
+  const double nu = double(K + kLanes + 2) * 0x1p-53;
+  const double bound = 4.0 * 0x1p-53 * std::fabs(r) + 8.0 * nu * nu * s;
+  const float lo = static_cast<float>(r - bound), hi = static_cast<float>(r + bound);
+  if (f32_bits(lo) != f32_bits(hi)) return false;  // bits, not ==: -0 and +0 must not certify
+  *out = lo;
+  return true;
+}
+
 float dot_rn_f32(const double* a, const double* b, int64_t K, int64_t sa, int64_t sb, GemmStats* stats) {
   double c = 0.0, s = 0.0;
   for (int64_t k = 0; k < K; ++k) {
@@ -220,14 +278,16 @@ float dot_rn_f32(const double* a, const double* b, int64_t K, int64_t sa, int64_
   const int q = std::min(grid_exponent(a, K, sa) + grid_exponent(b, K, sb), kNoGrid);
   float out;
   const bool fast = certify_f32(c, s, K, q, &out);
-  if (!fast) {
+  const bool compensated = !fast && certify_compensated_f32(a, b, K, sa, sb, nullptr, s, &out);
+  if (!fast && !compensated) {
     ExactSum acc;
     for (int64_t k = 0; k < K; ++k) acc.add_product(a[k * sa], b[k * sb]);
     out = acc.round_f32();
   }
   if (stats) {
     stats->outputs += 1;
-    stats->exact_path += fast ? 0 : 1;
+    stats->compensated += compensated ? 1 : 0;
+    stats->exact_path += fast || compensated ? 0 : 1;
   }
   return out;
 }
@@ -276,28 +336,32 @@ Matrix certify_gemm_nt(const Matrix& A, const Matrix& B, const Vector* bias, Mat
   const std::vector<int>& qa = grids ? grids->a : own.a;
   const std::vector<int>& qb = grids ? grids->b : own.b;
   MOENUM_CHECK(int64_t(qa.size()) == M && int64_t(qb.size()) == N, "certify_gemm_nt: grids of other operands");
-  // Rows [i0, i1): every output alone, so how the rows are split changes no value. Returns how many
-  // took the exact path.
-  const auto certify_rows = [&](int64_t i0, int64_t i1) {
-    int64_t exact = 0;
+  // Rows [i0, i1): every output alone, so how the rows are split changes no value. Adds how many
+  // took the compensated and the exact path to *block.
+  const auto certify_rows = [&](int64_t i0, int64_t i1, GemmStats* block) {
     for (int64_t i = i0; i < i1; ++i) {
       for (int64_t j = 0; j < N; ++j) {
         float v;
         int q = std::min(qa[i] + qb[j], kNoGrid);
         if (bias) q = std::min(q, lsb_exponent((*bias)(j)));
-        if (opt.force_exact || !certify_f32(Cd(i, j), S(i, j), nterms, q, &v)) {
+        const double* a = A.data() + i * K;
+        const double* b = B.data() + j * K;
+        const double* bias_term = bias ? &(*bias)(j) : nullptr;
+        bool settled = !opt.force_exact && certify_f32(Cd(i, j), S(i, j), nterms, q, &v);
+        if (!settled && !opt.force_exact && certify_compensated_f32(a, b, K, 1, 1, bias_term, S(i, j), &v)) {
+          settled = true;
+          ++block->compensated;
+        }
+        if (!settled) {
           ExactSum acc;
-          const double* a = A.data() + i * K;
-          const double* b = B.data() + j * K;
           for (int64_t k = 0; k < K; ++k) acc.add_product(a[k], b[k]);
-          if (bias) acc.add((*bias)(j));
+          if (bias_term) acc.add(*bias_term);
           v = acc.round_f32();
-          ++exact;
+          ++block->exact_path;
         }
         C(i, j) = v;
       }
     }
-    return exact;
   };
   // Blocks of rows as tasks: the exact path is rare but K products long each, and one large expert's
   // GEMM would otherwise hold one thread while the others idle. Inside a parallel region (the
@@ -305,9 +369,9 @@ Matrix certify_gemm_nt(const Matrix& A, const Matrix& B, const Vector* bias, Mat
   // one, a parallel loop runs them.
   constexpr int64_t kRowsPerTask = 16;
   const int64_t blocks = (M + kRowsPerTask - 1) / kRowsPerTask;
-  std::vector<int64_t> exact_in(size_t(blocks), 0);
+  std::vector<GemmStats> paths_in(static_cast<size_t>(blocks));
   const auto run_block = [&](int64_t blk) {
-    exact_in[size_t(blk)] = certify_rows(blk * kRowsPerTask, std::min(M, (blk + 1) * kRowsPerTask));
+    certify_rows(blk * kRowsPerTask, std::min(M, (blk + 1) * kRowsPerTask), &paths_in[size_t(blk)]);
   };
   if (omp_in_parallel()) {
 #pragma omp taskloop grainsize(1)
@@ -318,7 +382,7 @@ Matrix certify_gemm_nt(const Matrix& A, const Matrix& B, const Vector* bias, Mat
   }
   if (stats) {
     stats->outputs += M * N;
-    for (int64_t e : exact_in) stats->exact_path += e;
+    for (const GemmStats& paths : paths_in) *stats += paths;
   }
   return C;
 }

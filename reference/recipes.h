@@ -53,6 +53,7 @@ inline BackendResult to_backend_result(LayerResult&& r, const char* gemm_attr) {
   }
   out.attrs["gemm_outputs"] = std::to_string(all.outputs);
   out.attrs["exact_path_outputs"] = std::to_string(all.exact_path);
+  out.attrs["compensated_path_outputs"] = std::to_string(all.compensated);
   char frac[32];
   std::snprintf(frac, sizeof frac, "%.3e", all.exact_fraction());
   out.attrs["exact_path_fraction"] = frac;

@@ -304,3 +304,70 @@ TEST(ExactGemm, ExactPathFractionOnRandomBf16) {
               st.exact_fraction());
   EXPECT_LT(st.exact_fraction(), 1e-3);
 }
+
+// bf16 GEMMs whose fp64 bound leaves many outputs open: each row of A has a pair of large terms that
+// cancel against B (S grows to 2^12 while C stays near 1) and one tiny element that puts the grid far
+// below S, as a few tiny activations do. The compensated certificate settles nearly all of the open
+// outputs, bitwise as the exact accumulator.
+TEST(ExactGemm, CompensatedPathSettlesWhatTheBoundLeavesOpenBitwise) {
+  std::mt19937_64 gen(8);
+  const int64_t K = 2048;
+  Matrix A = random_bf16(48, K, gen), B = random_bf16(40, K, gen, 0.02);
+  for (int64_t i = 0; i < A.rows(); ++i) A(i, 0) = 0x1p16, A(i, 1) = -0x1p16, A(i, 2) = 0x1p-40;
+  for (int64_t j = 0; j < B.rows(); ++j) B(j, 1) = B(j, 0);
+  GemmStats st, forced;
+  const Matrix C = gemm_nt_rn_f32(A, B, nullptr, &st);
+  expect_bitwise_equal(C, gemm_nt_rn_f32(A, B, nullptr, &forced, {.force_exact = true}));
+  std::printf("compensated path: %lld, exact path: %lld of %lld outputs\n", (long long)st.compensated,
+              (long long)st.exact_path, (long long)st.outputs);
+  EXPECT_GT(st.compensated, 20);
+  EXPECT_LE(st.exact_path * 20, st.compensated);
+  EXPECT_EQ(forced.compensated, 0);
+}
+
+TEST(ExactGemm, CompensatedCertificateDeclinesTiesAndWideOperands) {
+  float out = -1.0f;
+  const std::vector<double> ones(4, 1.0);
+  // The exact sum 1 + 2^-24 is an fp32 midpoint: only the exact accumulator can round it (to even).
+  const std::vector<double> tie = {1.0, 0x1p-24, 0x1p-60, -0x1p-60};
+  EXPECT_FALSE(certify_compensated_f32(tie.data(), ones.data(), 4, 1, 1, nullptr, 1.0, &out));
+  GemmStats st;
+  EXPECT_EQ(bits(gemm1(tie, ones, &st)), bits(1.0f));
+  EXPECT_EQ(st.compensated, 0);
+  EXPECT_EQ(st.exact_path, 1);
+  // Cancellation the fp64 bound cannot see through (n u S = 2^-18 against an fp32 ulp of 2^-23), a
+  // grid far below S: the compensated sum keeps every bit that matters.
+  const std::vector<double> cancel = {0x1p30, -0x1p30, 1.0 + 0x1p-20, 0x1p-60};
+  ASSERT_TRUE(certify_compensated_f32(cancel.data(), ones.data(), 4, 1, 1, nullptr, 0x1p31, &out));
+  EXPECT_EQ(bits(out), bits(1.0f + 0x1p-20f));
+  st = {};
+  EXPECT_EQ(bits(gemm1(cancel, ones, &st)), bits(1.0f + 0x1p-20f));
+  EXPECT_EQ(st.compensated, 1);
+  EXPECT_EQ(st.exact_path, 0);
+  // The extra term (a bias) joins the sum: the same cancellation with -2^30 as the bias.
+  const std::vector<double> head = {0x1p30, 1.0 + 0x1p-20, 0x1p-60};
+  const double bias = -0x1p30;
+  out = -1.0f;
+  ASSERT_TRUE(certify_compensated_f32(head.data(), ones.data(), 3, 1, 1, &bias, 0x1p31, &out));
+  EXPECT_EQ(bits(out), bits(1.0f + 0x1p-20f));
+  // Rounding errors that decide the rounding: 2^-24 and 2^-40 vanish into 2^30 + 1 (one lane: every
+  // fourth term) and the exact sum 1 + 2^-24 + 2^-40 lies above the midpoint 1 + 2^-24, so it rounds
+  // up; only the kept TwoSum errors say so.
+  std::vector<double> lost(17, 0.0), ones17(17, 1.0);
+  lost[0] = 0x1p30, lost[4] = 1.0, lost[8] = 0x1p-24, lost[12] = 0x1p-40, lost[16] = -0x1p30;
+  out = -1.0f;
+  ASSERT_TRUE(certify_compensated_f32(lost.data(), ones17.data(), 17, 1, 1, nullptr, 0x1p31, &out));
+  EXPECT_EQ(bits(out), bits(1.0f + 0x1p-23f));
+  st = {};
+  EXPECT_EQ(bits(gemm1(lost, ones17, &st)), bits(1.0f + 0x1p-23f));
+  EXPECT_EQ(st.compensated, 1);
+  // An operand with more than 26 significant bits: its products may have been rounded.
+  const std::vector<double> third = {1.0 / 3.0, 1.0}, three = {3.0, 1.0};
+  EXPECT_FALSE(certify_compensated_f32(third.data(), three.data(), 2, 1, 1, nullptr, 2.0, &out));
+  // Strided operands (a column of A, a column of B) read the same terms.
+  const std::vector<double> cancel_strided = {0x1p30, 9.0, -0x1p30, 9.0, 1.0 + 0x1p-20, 9.0, 0x1p-60, 9.0};
+  const std::vector<double> ones_strided = {1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0};
+  out = -1.0f;
+  ASSERT_TRUE(certify_compensated_f32(cancel_strided.data(), ones_strided.data(), 4, 2, 3, nullptr, 0x1p31, &out));
+  EXPECT_EQ(bits(out), bits(1.0f + 0x1p-20f));
+}
