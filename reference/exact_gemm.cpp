@@ -268,6 +268,26 @@ bool certify_compensated_f32(const double* a, const double* b, int64_t K, int64_
   return true;
 }
 
+namespace {
+
+// An output certify_f32 left open (or every output, forced): the compensated certificate, else the
+// exact accumulator; counts which one settled it in *paths.
+float settle_open_output(const double* a, const double* b, int64_t K, int64_t sa, int64_t sb, const double* extra,
+                         double s, bool force_exact, GemmStats* paths) {
+  float out;
+  if (!force_exact && certify_compensated_f32(a, b, K, sa, sb, extra, s, &out)) {
+    ++paths->compensated;
+    return out;
+  }
+  ExactSum acc;
+  for (int64_t k = 0; k < K; ++k) acc.add_product(a[k * sa], b[k * sb]);
+  if (extra) acc.add(*extra);
+  ++paths->exact_path;
+  return acc.round_f32();
+}
+
+}  // namespace
+
 float dot_rn_f32(const double* a, const double* b, int64_t K, int64_t sa, int64_t sb, GemmStats* stats) {
   double c = 0.0, s = 0.0;
   for (int64_t k = 0; k < K; ++k) {
@@ -276,18 +296,12 @@ float dot_rn_f32(const double* a, const double* b, int64_t K, int64_t sa, int64_
     s += std::fabs(p);
   }
   const int q = std::min(grid_exponent(a, K, sa) + grid_exponent(b, K, sb), kNoGrid);
+  GemmStats paths;
   float out;
-  const bool fast = certify_f32(c, s, K, q, &out);
-  const bool compensated = !fast && certify_compensated_f32(a, b, K, sa, sb, nullptr, s, &out);
-  if (!fast && !compensated) {
-    ExactSum acc;
-    for (int64_t k = 0; k < K; ++k) acc.add_product(a[k * sa], b[k * sb]);
-    out = acc.round_f32();
-  }
+  if (!certify_f32(c, s, K, q, &out)) out = settle_open_output(a, b, K, sa, sb, nullptr, s, false, &paths);
   if (stats) {
-    stats->outputs += 1;
-    stats->compensated += compensated ? 1 : 0;
-    stats->exact_path += fast || compensated ? 0 : 1;
+    paths.outputs = 1;
+    *stats += paths;
   }
   return out;
 }
@@ -344,21 +358,9 @@ Matrix certify_gemm_nt(const Matrix& A, const Matrix& B, const Vector* bias, Mat
         float v;
         int q = std::min(qa[i] + qb[j], kNoGrid);
         if (bias) q = std::min(q, lsb_exponent((*bias)(j)));
-        const double* a = A.data() + i * K;
-        const double* b = B.data() + j * K;
-        const double* bias_term = bias ? &(*bias)(j) : nullptr;
-        bool settled = !opt.force_exact && certify_f32(Cd(i, j), S(i, j), nterms, q, &v);
-        if (!settled && !opt.force_exact && certify_compensated_f32(a, b, K, 1, 1, bias_term, S(i, j), &v)) {
-          settled = true;
-          ++block->compensated;
-        }
-        if (!settled) {
-          ExactSum acc;
-          for (int64_t k = 0; k < K; ++k) acc.add_product(a[k], b[k]);
-          if (bias_term) acc.add(*bias_term);
-          v = acc.round_f32();
-          ++block->exact_path;
-        }
+        if (opt.force_exact || !certify_f32(Cd(i, j), S(i, j), nterms, q, &v))
+          v = settle_open_output(A.data() + i * K, B.data() + j * K, K, 1, 1, bias ? &(*bias)(j) : nullptr,
+                                 opt.force_exact ? 0.0 : S(i, j), opt.force_exact, block);
         C(i, j) = v;
       }
     }
