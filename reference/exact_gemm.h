@@ -78,9 +78,9 @@ bool certify_f32(double c, double s, int64_t n, int q, float* out);
 // one more term, if not null) summed again from the operands with error-free transformations. When
 // every operand has at most 26 significant bits (fp32, bf16, dequantized MXFP8 values) each product
 // is exact in fp64, and TwoSum (Knuth) keeps each addition's rounding error, so the result is off by
-// at most u|r| plus (n u)^2 times the sum of magnitudes s (Ogita, Rump & Oishi 2005, Sum2) instead
-// of n u s: it settles all but the outputs within about 2^-52 |r| of an fp32 rounding boundary
-// (exact ties among them). Sets *out and returns true when every value within that bound of r
+// at most u|r| plus 2 (n u)^2 times the sum of magnitudes s (Ogita, Rump & Oishi 2005, Sum2) instead
+// of n u s: with its margin (twice that) it settles all but the outputs within about 2^-51 |r| of an
+// fp32 rounding boundary (exact ties among them). Sets *out and returns true when every value within that bound of r
 // rounds to the same fp32; false for wider operands or an open interval.
 bool certify_compensated_f32(const double* a, const double* b, int64_t K, int64_t sa, int64_t sb,
                              const double* extra, double s, float* out);
