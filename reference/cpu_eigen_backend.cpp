@@ -57,10 +57,6 @@ class CpuEigenBackend final : public Backend {
     LayerResult r = eigen_recipe_registry().at(ctx.scenario.recipe.name)(ctx.scenario, ctx.problem, ctx.plan,
                                                                          layer_options(ctx.scenario));
     BackendResult out = to_backend_result(std::move(r), EigenGemmPolicy<Bf16Policy>::gemm_attr);
-    for (auto it = out.attrs.begin(); it != out.attrs.end();) {  // no certificates here
-      const bool certificate = it->first.rfind("exact_path", 0) == 0 || it->first.rfind("compensated_path", 0) == 0;
-      it = certificate ? out.attrs.erase(it) : std::next(it);
-    }
     out.attrs["recipe"] = ctx.scenario.recipe.name;
     out.attrs["bias_mode"] = ctx.scenario.recipe.bias_mode;
     return out;

@@ -38,28 +38,35 @@ struct RecipeRegistrar {
         });                                                                                               \
       })
 
-// Outputs, stages and GEMM statistics as a BackendResult.
+// Outputs and stages as a BackendResult, with the GEMM engine it names.
 inline BackendResult to_backend_result(LayerResult&& r, const char* gemm_attr) {
   BackendResult out;
   out.outputs = std::move(r.outputs);
   out.stages = std::move(r.stages);
   out.attrs["gemm"] = gemm_attr;
+  return out;
+}
+
+// The certificate's statistics as attributes (outputs settled by the compensated sum or recomputed
+// exactly, per GEMM and in all): only the reference certifies its rounding, so only it records them.
+inline std::map<std::string, std::string> certificate_attrs(const LayerResult& r) {
+  std::map<std::string, std::string> attrs;
   GemmStats all;
   for (int g = 0; g < kNumGemms; ++g) {
     const GemmStats& s = r.gemm_stats[g];
     all += s;
-    out.attrs[std::string("exact_path.") + gemm_name(static_cast<Gemm>(g))] =
+    attrs[std::string("exact_path.") + gemm_name(static_cast<Gemm>(g))] =
         std::to_string(s.exact_path) + "/" + std::to_string(s.outputs);
   }
-  out.attrs["gemm_outputs"] = std::to_string(all.outputs);
-  out.attrs["exact_path_outputs"] = std::to_string(all.exact_path);
-  out.attrs["compensated_path_outputs"] = std::to_string(all.compensated);
+  attrs["gemm_outputs"] = std::to_string(all.outputs);
+  attrs["exact_path_outputs"] = std::to_string(all.exact_path);
+  attrs["compensated_path_outputs"] = std::to_string(all.compensated);
   char frac[32];
   std::snprintf(frac, sizeof frac, "%.3e", all.exact_fraction());
-  out.attrs["exact_path_fraction"] = frac;
-  out.attrs["exact_path.reductions"] =
+  attrs["exact_path_fraction"] = frac;
+  attrs["exact_path.reductions"] =
       std::to_string(r.reduction_stats.exact_path) + "/" + std::to_string(r.reduction_stats.outputs);
-  return out;
+  return attrs;
 }
 
 }  // namespace moenum::reference

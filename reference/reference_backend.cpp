@@ -30,7 +30,9 @@ class ReferenceBackend final : public Backend {
     LayerOptions opt = layer_options(ctx.scenario);
     opt.gemm_device = dev.engine.get();  // hopper_mma computes its GEMMs with the model, on the CPU
     LayerResult r = recipe_registry().at(ctx.scenario.recipe.name)(ctx.scenario, ctx.problem, ctx.plan, opt);
+    std::map<std::string, std::string> certificate = certificate_attrs(r);
     BackendResult out = to_backend_result(std::move(r), hopper_mma(ctx.scenario) ? kHopperMmaAttr : Bf16Policy::gemm_attr);
+    out.attrs.merge(certificate);
     dev.describe(out);
     out.attrs["recipe"] = ctx.scenario.recipe.name;
     out.attrs["bias_mode"] = ctx.scenario.recipe.bias_mode;

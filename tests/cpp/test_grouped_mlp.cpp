@@ -415,6 +415,12 @@ TEST(GroupedMlp, BackendsRegisteredAndReportGemmPaths) {
   }
   const BackendResult g = run_backend("golden", p);
   EXPECT_EQ(g.outputs.at("dx").dtype, "fp64");
+  // Only the reference certifies its rounding: the others carry no certificate statistics.
+  EXPECT_EQ(g.attrs.count("exact_path_outputs"), 0u);
+  p.sc.recipe.name = "bf16";
+  const BackendResult eigen = run_backend("cpu.eigen", p);
+  for (const auto& [key, value] : eigen.attrs)
+    EXPECT_TRUE(key.rfind("exact_path", 0) != 0 && key.rfind("compensated_path", 0) != 0) << key;
   p.sc.recipe.name = "fp8_block";  // no CPU emulation (mxfp8 has one: test_mxfp8_recipe.cpp)
   const Availability av = make_backend("reference")->available(p.sc);
   EXPECT_FALSE(av.ok);
