@@ -16,7 +16,8 @@ engine order; median of the rounds (5, or 3 in a sweep).
            and bytes as one strided batch, cuBLAS's choice of kernel).
   --uniform: the default's engines on the uniform cells only (where the batched ceiling applies).
   --sweep: the uniform cells, every configuration of bench/gpu_gemm_ab_torch.py's ENGINES forced
-           beside torch and the automatic choice; --sweep-zipf: the same on the zipf s=1.2 cells.
+           beside torch, the automatic choice and cuBLAS's batched GEMM; --sweep-zipf: the same on
+           the zipf s=1.2 cells (no batched GEMM there).
 MOENUM_GEMM_SHAPES (bench/gpu_peer_torch.py) narrows the shapes, MOENUM_GEMM_BENCH_ENGINES
 (bench/gpu_gemm_ab_torch.py) the engines.
 Prints CSV shape,dist,engine,calls,ms,tflops,vs_torch,differing (differing: elements whose bits
@@ -89,9 +90,9 @@ def main():
         calls = {TORCH: lambda: torch._grouped_mm(a, bt, offs=offs32, out_dtype=torch.bfloat16)}
         if not sweep:
             calls[DENSE] = lambda: torch.mm(a, bt[0])
-            if m % g == 0 and torch.equal(offs32, torch.arange(1, g + 1, device="cuda", dtype=torch.int32) * (m // g)):
-                a_batched = a.view(g, m // g, k)
-                calls[BATCHED] = lambda: torch.bmm(a_batched, bt)
+        if m % g == 0 and torch.equal(offs32, torch.arange(1, g + 1, device="cuda", dtype=torch.int32) * (m // g)):
+            a_batched = a.view(g, m // g, k)
+            calls[BATCHED] = lambda: torch.bmm(a_batched, bt)
         outs, handles = {}, []
         for engine, tile, chunks, run in engines:
             outs[engine] = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
