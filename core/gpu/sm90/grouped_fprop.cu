@@ -29,6 +29,12 @@ using WideKernel = GroupedKernel<LA, LB, D, 256, 2>;
 using WideM2Kernel = GroupedKernel<LA, LB, D, 256, 1, 2>;
 using PingpongM2Kernel = GroupedKernel<LA, LB, D, 128, 1, 2, Pingpong>;
 using PingpongTransposedM2Kernel = GroupedKernel<LA, LB, D, 128, 1, 2, Pingpong, cutlass::layout::ColumnMajor>;
+// cuBLAS's kernel for the same products as a strided batch (torch.bmm, bench/gpu_gemm_peer_kernels.py):
+// 256 weight rows by 128 token rows, cooperative, the weight tile shared by a 1x2 cluster.
+using CoopTransposed256Kernel =
+    GroupedKernel<LA, LB, D, 128, 2, 1, Cooperative, cutlass::layout::ColumnMajor, 256>;
+using CoopTransposed256M2Kernel =
+    GroupedKernel<LA, LB, D, 128, 1, 2, Cooperative, cutlass::layout::ColumnMajor, 256>;
 
 // The one map from a configuration of Tile to its kernel type: returns f(kernel{}) (Auto: the
 // 128x128 cooperative kernel, the default plan's).
@@ -46,6 +52,8 @@ auto with_tile_kernel(Tile tile, F&& f) {
     case Tile::T128x192Pingpong: return f(Pingpong192Kernel{});
     case Tile::T192x128PingpongT: return f(PingpongTransposed192Kernel{});
     case Tile::T128x128PingpongTM2: return f(PingpongTransposedM2Kernel{});
+    case Tile::T256x128CoopT: return f(CoopTransposed256Kernel{});
+    case Tile::T256x128CoopTM2: return f(CoopTransposed256M2Kernel{});
     case Tile::kCount: break;
   }
   throw InternalError("no tile configuration " + std::to_string(static_cast<int>(tile)));
@@ -70,6 +78,8 @@ const char* tile_name(Tile t) {
     case Tile::T128x192Pingpong: return "128x192 pingpong 1x2";
     case Tile::T192x128PingpongT: return "192x128 pingpong 1x2 transposed";
     case Tile::T128x128PingpongTM2: return "128x128 pingpong 2x1 transposed";
+    case Tile::T256x128CoopT: return "256x128 coop 1x2 transposed";
+    case Tile::T256x128CoopTM2: return "256x128 coop 2x1 transposed";
     case Tile::kCount: break;
   }
   return "?";
@@ -163,7 +173,7 @@ FpropTiles fprop_tiles(const GroupedGemmDesc& g, const FpropDevice& device) {
 int fprop_run(const GroupedGemmDesc& g, Tile t, int sm_count) {
   const bool shares_weights = with_tile_kernel(t, [](auto kernel) {
     using K = decltype(kernel);
-    return K::kTransposed && cute::size<1>(typename K::ClusterShape{}) == 2;
+    return K::kRuns && K::kTransposed && cute::size<1>(typename K::ClusterShape{}) == 2;
   });
   if (!shares_weights) return 1;
   int dev = 0, l2 = 0;
