@@ -41,9 +41,7 @@ ENGINES = [("gpu.grouped", "auto", -1, -1),
            ("gpu.grouped.pingpong192", "128x192 pingpong 1x2", -1, 1),
            ("gpu.grouped.pingpong_t192", "192x128 pingpong 1x2 transposed", -1, 1),
            ("gpu.grouped.pingpong_t192_r2", "192x128 pingpong 1x2 transposed", -1, 2),
-           ("gpu.grouped.pingpong_t192_r4", "192x128 pingpong 1x2 transposed", -1, 4),
-           ("gpu.grouped.coop_t256", "256x128 coop 1x2 transposed", -1, 1),
-           ("gpu.grouped.coop_t256_m2", "256x128 coop 2x1 transposed", -1, 1)]
+           ("gpu.grouped.pingpong_t192_r4", "192x128 pingpong 1x2 transposed", -1, 4)]
 # Each forced tile also running equal small groups as its strided batch (grouped_sm90.h,
 # PlanOptions::strided_batch; on uniform counts of at most 512 rows per group, the batch alone):
 # ENGINE.batch, timed only where MOENUM_GEMM_BENCH_ENGINES names it.

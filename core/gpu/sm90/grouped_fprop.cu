@@ -29,12 +29,6 @@ using WideKernel = GroupedKernel<LA, LB, D, 256, 2>;
 using WideM2Kernel = GroupedKernel<LA, LB, D, 256, 1, 2>;
 using PingpongM2Kernel = GroupedKernel<LA, LB, D, 128, 1, 2, Pingpong>;
 using PingpongTransposedM2Kernel = GroupedKernel<LA, LB, D, 128, 1, 2, Pingpong, cutlass::layout::ColumnMajor>;
-// cuBLAS's kernel for the same products as a strided batch (torch.bmm, bench/gpu_gemm_peer_kernels.py):
-// 256 weight rows by 128 token rows, cooperative, the weight tile shared by a 1x2 cluster.
-using CoopTransposed256Kernel =
-    GroupedKernel<LA, LB, D, 128, 2, 1, Cooperative, cutlass::layout::ColumnMajor, 256>;
-using CoopTransposed256M2Kernel =
-    GroupedKernel<LA, LB, D, 128, 1, 2, Cooperative, cutlass::layout::ColumnMajor, 256>;
 
 // The one map from a configuration of Tile to its kernel type: returns f(kernel{}) (Auto: the
 // 128x128 cooperative kernel, the default plan's).
@@ -52,8 +46,6 @@ auto with_tile_kernel(Tile tile, F&& f) {
     case Tile::T128x192Pingpong: return f(Pingpong192Kernel{});
     case Tile::T192x128PingpongT: return f(PingpongTransposed192Kernel{});
     case Tile::T128x128PingpongTM2: return f(PingpongTransposedM2Kernel{});
-    case Tile::T256x128CoopT: return f(CoopTransposed256Kernel{});
-    case Tile::T256x128CoopTM2: return f(CoopTransposed256M2Kernel{});
     case Tile::kCount: break;
   }
   throw InternalError("no tile configuration " + std::to_string(static_cast<int>(tile)));
@@ -78,8 +70,6 @@ const char* tile_name(Tile t) {
     case Tile::T128x192Pingpong: return "128x192 pingpong 1x2";
     case Tile::T192x128PingpongT: return "192x128 pingpong 1x2 transposed";
     case Tile::T128x128PingpongTM2: return "128x128 pingpong 2x1 transposed";
-    case Tile::T256x128CoopT: return "256x128 coop 1x2 transposed";
-    case Tile::T256x128CoopTM2: return "256x128 coop 2x1 transposed";
     case Tile::kCount: break;
   }
   return "?";
@@ -130,7 +120,10 @@ const char* counts_class_name(CountsClass c) {
 //              (bench/RESULTS.md, "Where the uniform small-group GEMMs lose"); a batch rewrites none.
 // A choice among configurations of one cluster shape and thread count is one kernel launch
 // (ChoicePlan). Not chosen: 2x2 clusters (slower than 1x2 on every shape); 256x128 and 256x192
-// cooperative tiles (behind pingpong on every 128/256-expert shape). One call or five after an idle
+// cooperative tiles (behind pingpong on every 128/256-expert shape), also on the transposed problem
+// as the equal-groups batch, cuBLAS's tile there (H100 held at the power limit: 1.02-1.07x torch
+// with a 1x2 cluster, 0.71-1.03x with 2x1, against 1.05-1.12x for the pingpong batches and 1.047x
+// for 128x256 2x1 on Qwen3.5-35B FC1; bench/RESULTS.md, run 20). One call or five after an idle
 // gap (bench/gpu_gemm_ab_torch.py) runs above the power limit's clock and favours other tiles by a
 // few percent; those figures are in bench/RESULTS.md.
 static constexpr int64_t kMidK = 2048, kLongK = 4096, kWideN = 4096;
@@ -173,7 +166,7 @@ FpropTiles fprop_tiles(const GroupedGemmDesc& g, const FpropDevice& device) {
 int fprop_run(const GroupedGemmDesc& g, Tile t, int sm_count) {
   const bool shares_weights = with_tile_kernel(t, [](auto kernel) {
     using K = decltype(kernel);
-    return K::kRuns && K::kTransposed && cute::size<1>(typename K::ClusterShape{}) == 2;
+    return K::kTransposed && cute::size<1>(typename K::ClusterShape{}) == 2;
   });
   if (!shares_weights) return 1;
   int dev = 0, l2 = 0;

@@ -81,8 +81,6 @@ enum class Tile {
   T128x192Pingpong,   // 128x192x64 pingpong, 1x2 cluster: 17% less L2 traffic per product than 128x128
   T192x128PingpongT,  // 192x128x64 pingpong, 1x2 cluster, on D^T = B_e . A^T (B multicast): small groups
   T128x128PingpongTM2,  // 128x128x64 pingpong, 2x1 cluster, on D^T = B_e . A^T (A multicast): skewed counts
-  T256x128CoopT,      // 256x128x64 cooperative, 1x2 cluster, on D^T = B_e . A^T (B multicast): cuBLAS's batched tile
-  T256x128CoopTM2,    // 256x128x64 cooperative, 2x1 cluster, on D^T = B_e . A^T (A multicast)
   kCount,             // not a configuration: one past the last, to walk them all
 };
 const char* tile_name(Tile t);
