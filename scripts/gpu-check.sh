@@ -13,6 +13,7 @@
 #                                       profile: py-spy of the production points (bench/profile_parts.py),
 #                                       gemm-ab: the bench stage's same-process GEMM A/B against torch alone,
 #                                       gemm-diagnose: uniform-count ceilings and ncu counters of the GEMMs,
+#                                       and the kernels the peers run (bench/gpu_gemm_peer_kernels.py),
 #                                       gemm-kernels: the automatic GEMM's kernel times beside its configuration
 #                                       forced (bench/gpu_gemm_kernel_times.py),
 #                                       gemm-sustained: time per call of the GEMMs held at the power limit,
@@ -371,12 +372,13 @@ if want gemm-sustained && [ -f $BUILD/libmoenum_gemm_capi.so ]; then
 fi
 
 # ---- gemm-diagnose (on request): uniform counts, torch._grouped_mm beside batched and dense ceilings,
-# ---- then the same kernels under ncu's counters (bench/gpu_gemm_diagnose.py) ---------------------
+# ---- the kernels each peer picks, then the same kernels under ncu's counters ------------------------
 NCU_METRICS=gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,lts__t_sector_hit_rate.pct,lts__throughput.avg.pct_of_peak_sustained_elapsed
 if want gemm-diagnose && [ -f $BUILD/libmoenum_gemm_capi.so ]; then
   t0=$SECONDS
   timeout 200 python3 bench/gpu_gemm_diagnose.py $BUILD/libmoenum_gemm_capi.so >"$OUT/gemm_ceilings.csv" 2>"$OUT/gemm_diagnose.err"
   rc=$?
+  timeout 120 python3 bench/gpu_gemm_peer_kernels.py >"$OUT/gemm_peer_kernels.csv" 2>>"$OUT/gemm_diagnose.err" || rc=1
   if command -v ncu >/dev/null; then
     timeout 300 ncu --clock-control none --profile-from-start off --csv --page details --print-units base \
       --metrics "$NCU_METRICS" python3 bench/gpu_gemm_diagnose.py $BUILD/libmoenum_gemm_capi.so --ncu \
