@@ -36,7 +36,9 @@ def kernels(call):
 
 def short(kernel):
     """A kernel's name without its template arguments: cuBLAS's nvjet names already carry the tile,
-    cluster and schedule; for a CUTLASS kernel the tile and cluster of its CollectiveMma."""
+    cluster and schedule. A CUTLASS kernel's mangled name gives its first template integers in order
+    (for an sm90 mainloop: stages, the cluster's extents that are not back-references, the tile):
+    torch._grouped_mm's reads 4x2x1x128x256x64, 4 stages, a 2x1 cluster, a 128x256x64 tile."""
     if kernel.startswith("_ZN7cutlass"):
         ints = [int(x) for x in re.findall(r"ILi(\d+)E", kernel)]
         return "cutlass " + "x".join(map(str, ints[:12]))
