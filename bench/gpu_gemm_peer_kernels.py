@@ -16,6 +16,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_gemm_ab_torch import operands, routing  # noqa: E402
 from gpu_peer_torch import SHAPES  # noqa: E402
 
 CALLS = 10
@@ -51,17 +52,17 @@ def main():
         return 2
     print("shape,engine,kernel,calls,us_per_call")
     for name, g, m, n, k in SHAPES:
-        a = (torch.rand(m, k, device="cuda") - 0.5).to(torch.bfloat16)
-        bt = (torch.rand(g, n, k, device="cuda") - 0.5).to(torch.bfloat16).transpose(-2, -1)
-        offs = torch.arange(1, g + 1, device="cuda", dtype=torch.int32) * (m // g)
-        a3 = a.view(g, m // g, k)
-        engines = {"torch._grouped_mm": lambda: torch._grouped_mm(a, bt, offs=offs, out_dtype=torch.bfloat16),
-                   "torch.bmm batched": lambda: torch.bmm(a3, bt),
-                   "torch.mm dense": lambda: torch.mm(a, bt[0])}
+        a, b = operands(g, m, n, k)
+        bt = b.transpose(-2, -1)
+        offs32, counts64, _ = routing(g, m, False)
+        engines = {"torch._grouped_mm": lambda: torch._grouped_mm(a, bt, offs=offs32, out_dtype=torch.bfloat16)}
+        if bool((counts64 == counts64[0]).all()):
+            a3 = a.view(g, m // g, k)
+            engines["torch.bmm batched"] = lambda: torch.bmm(a3, bt)
+        engines["torch.mm dense"] = lambda: torch.mm(a, bt[0])
         for engine, call in engines.items():
             for kernel, count, us in kernels(call):
                 print(f"{name},{engine},{short(kernel)},{count},{us:.1f}", flush=True)
-        del a, bt, a3
     return 0
 
 
