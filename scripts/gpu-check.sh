@@ -373,7 +373,7 @@ fi
 
 # ---- gemm-diagnose (on request): uniform counts, torch._grouped_mm beside batched and dense ceilings,
 # ---- the kernels each peer picks, then the same kernels under ncu's counters ------------------------
-NCU_METRICS=gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,lts__t_sector_hit_rate.pct,lts__throughput.avg.pct_of_peak_sustained_elapsed
+NCU_METRICS=gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,lts__throughput.avg.pct_of_peak_sustained_elapsed
 if want gemm-diagnose && [ -f $BUILD/libmoenum_gemm_capi.so ]; then
   t0=$SECONDS
   timeout 200 python3 bench/gpu_gemm_diagnose.py $BUILD/libmoenum_gemm_capi.so >"$OUT/gemm_ceilings.csv" 2>"$OUT/gemm_diagnose.err"
@@ -381,7 +381,7 @@ if want gemm-diagnose && [ -f $BUILD/libmoenum_gemm_capi.so ]; then
   timeout 120 python3 bench/gpu_gemm_peer_kernels.py >"$OUT/gemm_peer_kernels.csv" 2>>"$OUT/gemm_diagnose.err" || rc=1
   if command -v ncu >/dev/null; then
     timeout 300 ncu --clock-control none --profile-from-start off --csv --page details --print-units base \
-      --metrics "$NCU_METRICS" python3 bench/gpu_gemm_diagnose.py $BUILD/libmoenum_gemm_capi.so --ncu \
+      --section LaunchStats --metrics "$NCU_METRICS" python3 bench/gpu_gemm_diagnose.py $BUILD/libmoenum_gemm_capi.so --ncu \
       >"$OUT/gemm_ncu_raw.csv" 2>>"$OUT/gemm_diagnose.err"
     grep '^"' "$OUT/gemm_ncu_raw.csv" >"$OUT/gemm_ncu.csv"
     python3 bench/gpu_gemm_diagnose.py --table "$OUT/gemm_ncu.csv" >"$OUT/gemm_ncu_table.csv" 2>>"$OUT/gemm_diagnose.err" || rc=1
