@@ -423,6 +423,35 @@ TEST_F(GpuGroupedChoice, EveryTileWithStridedBatchMatchesBaseBitwise) {
   ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(s));
 }
 
+// The strided batch's L2 priorities (cache_hinted_mainloop.cuh) choose what L2 keeps, never the
+// values: every pair of priorities, on a batch with the weights as A (transposed) and as B.
+TEST_F(GpuGroupedChoice, EveryL2PriorityOfTheBatchBitwise) {
+  constexpr int kGroups = 16;
+  constexpr int64_t kPerGroup = 256;
+  FpropCase c(2048, kGroups, kGroups * kPerGroup, 1536);
+  c.set_counts(std::vector<int64_t>(kGroups, kPerGroup), s);
+  const std::vector<uint16_t> want = c.run(*gpu::make_cutlass_sm90_engine({sm90::Tile::T128x128, 1}), s);
+  const auto priorities = {sm90::L2Priority::Normal, sm90::L2Priority::EvictFirst, sm90::L2Priority::EvictLast};
+  for (sm90::Tile t : {sm90::Tile::T192x128PingpongT, sm90::Tile::T128x256M2}) {
+    for (auto weights : priorities) {
+      for (auto rows : priorities) {
+        sm90::PlanOptions o;
+        o.tile = t;
+        o.strided_batch = true;
+        o.batch_l2 = {weights, rows};
+        auto plan = sm90::make_fprop_plan(c.g, o);
+        c.poison(s);
+        plan->launch(c.g, s);
+        const std::string what = std::string(sm90::tile_name(t)) + ", weights " + sm90::l2_priority_name(weights) +
+                                 ", rows " + sm90::l2_priority_name(rows);
+        EXPECT_EQ(want, c.d.download(s)) << what;
+        EXPECT_TRUE(plan->offered_strided_batch()) << what;
+      }
+    }
+  }
+  ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(s));
+}
+
 // Tiles dealt out in runs per cluster (run_scheduler.cuh), forced: bitwise CUTLASS's order. Enough
 // groups that the grid's blocks of `run` waves fill (one cluster per two SMs, 8 weight tiles per
 // group), so the remapped blocks and the partial last block (CUTLASS's order) both run; counts

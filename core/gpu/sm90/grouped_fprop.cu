@@ -75,6 +75,15 @@ const char* tile_name(Tile t) {
   return "?";
 }
 
+const char* l2_priority_name(L2Priority p) {
+  switch (p) {
+    case L2Priority::Normal: return "normal";
+    case L2Priority::EvictFirst: return "first";
+    case L2Priority::EvictLast: return "last";
+  }
+  return "?";
+}
+
 const char* counts_class_name(CountsClass c) {
   switch (c) {
     case CountsClass::kEven: return "counts even";
@@ -356,10 +365,11 @@ __global__ void __launch_bounds__(FirstOf<Ks...>::MaxThreadsPerBlock, FirstOf<Ks
 template <class B>
 class StridedBatch {
   using Kernel = typename B::Kernel;
+  using Mainloop = typename Kernel::CollectiveMainloop;
 
  public:
-  // hw: the hardware info the launch's grouped configurations were made with.
-  explicit StridedBatch(const cutlass::KernelHardwareInfo& hw) : hw_(hw) {}
+  // hw: the hardware info the launch's grouped configurations were made with; l2: the loads' priorities.
+  StridedBatch(const cutlass::KernelHardwareInfo& hw, BatchL2 l2) : hw_(hw), l2_(l2) {}
 
   // The parameters for g, with `rows` rows per group (equal_groups_rows(g) > 0). False if CUTLASS
   // cannot run them in `grid` (the grid of the launch that carries them) or without a workspace.
@@ -380,9 +390,16 @@ class StridedBatch {
     auto sd = cutlass::make_cute_packed_stride(typename Kernel::StrideD{}, {m_extent, n_extent, g.groups});
     if constexpr (B::kTransposed) cute::get<2>(sa) = stride;
     else cute::get<2>(sb) = stride;
+    typename Mainloop::Arguments mainloop{};
+    mainloop.ptr_A = B::kTransposed ? b : a;
+    mainloop.dA = sa;
+    mainloop.ptr_B = B::kTransposed ? a : b;
+    mainloop.dB = sb;
+    (B::kTransposed ? mainloop.hint_a : mainloop.hint_b) = hint(l2_.weights);
+    (B::kTransposed ? mainloop.hint_b : mainloop.hint_a) = hint(l2_.rows);
     typename Kernel::Arguments args{cutlass::gemm::GemmUniversalMode::kBatched,
                                     {m_extent, n_extent, k, g.groups},
-                                    {B::kTransposed ? b : a, sa, B::kTransposed ? a : b, sb},
+                                    mainloop,
                                     {{}, nullptr, sd, reinterpret_cast<Bf16*>(g.d_rows), sd},
                                     hw_};
     args.epilogue.thread.alpha = 1.0f;
@@ -399,8 +416,13 @@ class StridedBatch {
   const typename Kernel::Params& params() const { return params_; }
 
  private:
+  static typename Mainloop::Hint hint(L2Priority p) {
+    using H = typename Mainloop::Hint;
+    return p == L2Priority::EvictFirst ? H::EVICT_FIRST : p == L2Priority::EvictLast ? H::EVICT_LAST : H::EVICT_NORMAL;
+  }
   using Key = std::tuple<const void*, const void*, const void*, int64_t, int64_t>;
   cutlass::KernelHardwareInfo hw_;
+  BatchL2 l2_;
   Key key_{nullptr, nullptr, nullptr, 0, 0};
   bool ready_ = false;
   typename Kernel::Params params_{};
@@ -451,7 +473,7 @@ class ChoicePlan final : public GroupedGemmPlan {
 
  public:
   ChoicePlan(const GroupedGemmDesc& g, int chunks, int64_t chunk_rows, const std::array<int, kConfigs>& runs,
-             const std::array<int, 4>& config_of_class, bool offer_batch, int sm_count)
+             const std::array<int, 4>& config_of_class, bool offer_batch, BatchL2 batch_l2, int sm_count)
       : plans_(make_plans(g, chunks, chunk_rows, runs, sm_count, std::index_sequence_for<Cs...>{})),
         config_of_class_(config_of_class),
         offer_batch_(offer_batch),
@@ -463,7 +485,7 @@ class ChoicePlan final : public GroupedGemmPlan {
       static_assert(std::is_same_v<typename Batch::ClusterShape, typename First::ClusterShape>, "one cluster shape");
       static_assert(Batch::Kernel::MaxThreadsPerBlock == FirstKernel::MaxThreadsPerBlock &&
                     Batch::Kernel::MinBlocksPerMultiprocessor == FirstKernel::MinBlocksPerMultiprocessor);
-      batch_.batch = std::make_unique<StridedBatch<Batch>>(hardware_info<FirstKernel>(sm_count));
+      batch_.batch = std::make_unique<StridedBatch<Batch>>(hardware_info<FirstKernel>(sm_count), batch_l2);
     }
     MOENUM_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   }
@@ -560,7 +582,7 @@ std::unique_ptr<GroupedGemmPlan> make_fprop_plan(const GroupedGemmDesc& g, const
     std::array<int, sizeof...(kernels)> runs{};
     for (size_t i = 0; i < runs.size(); ++i) runs[i] = run(d.tiles[i]);
     return std::make_unique<ChoicePlan<Batch, decltype(kernels)...>>(g, chunks, o.chunk_rows, runs, d.config_of_class,
-                                                                     tiles.batch_equal_groups, sm_count);
+                                                                     tiles.batch_equal_groups, o.batch_l2, sm_count);
   };
   if (o.tile != Tile::Auto)
     return with_tile_kernel(o.tile, [&](auto kernel) {

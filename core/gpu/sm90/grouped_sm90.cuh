@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "cuda_check.h"
+#include "sm90/cache_hinted_mainloop.cuh"
 #include "sm90/grouped_sm90.h"
 #include "sm90/run_scheduler.cuh"
 #include "device_buffer.h"
@@ -101,7 +102,8 @@ struct GroupedKernel {
 
   // The same configuration as one strided batched GEMM over the groups (L = groups), for equal groups
   // laid out back to back (grouped_fprop.cu, StridedBatch): no tensor map changes from group to group.
-  // Same tile, cluster, schedule, k loop and epilogue, so the same bits.
+  // Same tile, cluster, schedule, k loop and epilogue, so the same bits; its loads carry L2 priorities
+  // (the weights are A when transposed, B otherwise).
   struct Batch {
     static constexpr bool kTransposed = GroupedKernel::kTransposed;
     using ClusterShape = GroupedKernel::ClusterShape;
@@ -111,11 +113,11 @@ struct GroupedKernel {
         void, LayoutD, kAlignD,
         ElementD, LayoutD, kAlignD,
         typename Schedule::BatchEpilogue, cutlass::epilogue::fusion::LinearCombination<ElementD, Acc>>::CollectiveOp;
-    using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+    using Mainloop = CacheHintedMainloop<typename cutlass::gemm::collective::CollectiveBuilder<
         cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
         ElementA, LayoutA, kAlignAB, ElementB, LayoutB, kAlignAB, Acc, TileShape, ClusterShape,
         cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-        typename Schedule::BatchKernel>::CollectiveOp;
+        typename Schedule::BatchKernel>::CollectiveOp>;
     using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue>;
   };
 };

@@ -39,7 +39,7 @@
 //     the same CUTLASS mainloop, the same k loop and instructions), whatever cluster takes which
 //     tile in which order (the pingpong's runs, run_scheduler.cuh) and whether equal groups run as
 //     one strided batched GEMM (GroupedKernel::Batch: CUTLASS's non-grouped mainloop and epilogue of
-//     the same schedule, the same k loop and instructions, with fixed strides for pointers). A K that is not a multiple of
+//     the same schedule, the same k loop and instructions, with fixed strides for pointers, whatever L2 priority its loads carry). A K that is not a multiple of
 //     64 is zero-filled by TMA: zero products, which leave the chain's bits unchanged (moenum/tc.h).
 //   chunks (Fprop/Dgrad): sub-groups split M only, never K.
 //   Wgrad: K is the group's rows in plan order, one group per expert (chunks = 1), never split.
@@ -87,6 +87,18 @@ const char* tile_name(Tile t);
 // Whether the configuration computes the transposed problem D^T = B_e . A^T (its kernel says).
 bool tile_transposed(Tile t);
 
+// The L2 eviction priority a strided batch's TMA loads give each operand (cache_hinted_mainloop.cuh).
+// It decides which lines L2 keeps, never what is loaded or computed.
+enum class L2Priority : int { Normal = 0, EvictFirst = 1, EvictLast = 2 };
+const char* l2_priority_name(L2Priority p);
+// The defaults are the rule: over equal small groups each weight tile is read by the one cluster that
+// holds its group's rows (two for 512 rows), each block of rows by every weight tile of its group, so
+// the weights, streamed once, go first (bench/RESULTS.md, run 21).
+struct BatchL2 {
+  L2Priority weights = L2Priority::EvictFirst;
+  L2Priority rows = L2Priority::Normal;
+};
+
 struct PlanOptions {
   Tile tile = Tile::Auto;  // honoured for Fprop only (Dgrad and Wgrad: always T128x128)
   int chunks = -1;         // max sub-groups per group (1 = no split); -1 = choose from the groups
@@ -96,6 +108,7 @@ struct PlanOptions {
   // A forced Fprop tile also runs equal small groups as its strided batch, where equal_groups_rows
   // offers one (for the bench: the automatic plans carry their small-groups configuration's).
   bool strided_batch = false;
+  BatchL2 batch_l2;  // the strided batch's L2 priorities
 };
 
 std::unique_ptr<GroupedGemmPlan> make_fprop_plan(const GroupedGemmDesc& g, const PlanOptions& o);  // A row, B col, D bf16
