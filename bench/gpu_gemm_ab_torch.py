@@ -47,11 +47,15 @@ ENGINES = [("gpu.grouped", "auto", -1, -1),
 # ENGINE.batch, timed only where MOENUM_GEMM_BENCH_ENGINES names it.
 BATCH_ENGINES = [(f"{engine}.batch", f"{tile} + strided batch", chunks, run) for engine, tile, chunks, run in ENGINES
                  if tile != "auto" and (chunks, run) == (-1, 1)]
+# The automatic choice with its strided batch's L2 priorities other than the rule's (grouped_sm90.h,
+# BatchL2: weights first, rows normal), timed only where MOENUM_GEMM_BENCH_ENGINES names them.
+L2_ENGINES = [(f"gpu.grouped.l2_weights_{w}_rows_{r}", f"auto + L2 weights {w} rows {r}", -1, -1)
+              for w, r in (("normal", "normal"), ("first", "last"), ("normal", "last"))]
 # MOENUM_GEMM_BENCH_ENGINES=name,name,... keeps those engines only (the automatic choices always), as
 # in bench/gpu_gemm_bench.cu: short sweeps.
 if os.environ.get("MOENUM_GEMM_BENCH_ENGINES"):
     _kept = os.environ["MOENUM_GEMM_BENCH_ENGINES"].split(",")
-    ENGINES = [e for e in ENGINES + BATCH_ENGINES if e[0] in ("gpu.grouped", ROWS_UNTOLD) or e[0] in _kept]
+    ENGINES = [e for e in ENGINES + BATCH_ENGINES + L2_ENGINES if e[0] in ("gpu.grouped", ROWS_UNTOLD) or e[0] in _kept]
 
 
 def load_capi(path):

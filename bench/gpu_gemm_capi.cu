@@ -17,8 +17,31 @@
 namespace {
 
 // sm90::PlanOptions::strided_batch, as a bit of the tile value and a suffix of the tile's name.
-constexpr int kStridedBatchBit = 0x100;
+constexpr int kStridedBatchBit = 0x100, kTileMask = kStridedBatchBit - 1;
 constexpr const char* kStridedBatchSuffix = " + strided batch";
+// sm90::PlanOptions::batch_l2 other than the rule's, as a suffix of the name ("auto + L2 weights
+// normal rows normal") and bits of the tile value: kL2Bit, then each sm90::L2Priority in two bits.
+constexpr int kL2Bit = 0x200, kL2WeightsShift = 10, kL2RowsShift = 12;
+constexpr const char* kL2Prefix = " + L2 weights ";
+
+// Strips a trailing " + L2 weights W rows R" off `name`: the bits it stands for, 0 if none, -1 if
+// W or R is no priority's name.
+int take_l2_suffix(std::string& name) {
+  namespace sm90 = moenum::gpu::sm90;
+  const size_t at = name.find(kL2Prefix);
+  if (at == std::string::npos) return 0;
+  const std::string rest = name.substr(at + std::strlen(kL2Prefix));
+  name.resize(at);
+  auto priority = [](const std::string& word) {
+    for (auto p : {sm90::L2Priority::Normal, sm90::L2Priority::EvictFirst, sm90::L2Priority::EvictLast})
+      if (word == sm90::l2_priority_name(p)) return static_cast<int>(p);
+    return -1;
+  };
+  const size_t rows = rest.find(" rows ");
+  if (rows == std::string::npos) return -1;
+  const int w = priority(rest.substr(0, rows)), r = priority(rest.substr(rows + 6));
+  return w < 0 || r < 0 ? -1 : kL2Bit | w << kL2WeightsShift | r << kL2RowsShift;
+}
 
 struct FpropHandle {
   std::unique_ptr<moenum::gpu::GemmEngine> engine;
@@ -33,22 +56,30 @@ extern "C" {
 // forced tile's name followed by kStridedBatchSuffix: its value with kStridedBatchBit set.
 int moenum_fprop_tile(const char* name) {
   namespace sm90 = moenum::gpu::sm90;
-  const size_t length = std::strlen(name), suffix = std::strlen(kStridedBatchSuffix);
-  const bool batch = length > suffix && std::strcmp(name + length - suffix, kStridedBatchSuffix) == 0;
-  const std::string tile(name, batch ? length - suffix : length);
+  std::string tile(name);
+  const int l2 = take_l2_suffix(tile);
+  if (l2 < 0) return -1;
+  const size_t suffix = std::strlen(kStridedBatchSuffix);
+  const bool batch = tile.size() > suffix && tile.compare(tile.size() - suffix, suffix, kStridedBatchSuffix) == 0;
+  if (batch) tile.resize(tile.size() - suffix);
   for (int t = static_cast<int>(batch); t < static_cast<int>(sm90::Tile::kCount); ++t)
-    if (tile == sm90::tile_name(static_cast<sm90::Tile>(t))) return t | (batch ? kStridedBatchBit : 0);
+    if (tile == sm90::tile_name(static_cast<sm90::Tile>(t))) return t | (batch ? kStridedBatchBit : 0) | l2;
   return -1;
 }
 
 // tile: the value of sm90::Tile (0 = the automatic choice; moenum_fprop_tile looks one up), with
-// kStridedBatchBit for a forced tile that also runs equal small groups as its strided batch;
+// kStridedBatchBit for a forced tile that also runs equal small groups as its strided batch and the
+// L2 bits for the batch's priorities;
 // chunks, run: -1 = automatic; sm_count: the persistent grid's SMs, -1 = every SM. Null on failure.
 void* moenum_fprop_new(int tile, int chunks, int run, int sm_count, int groups, int64_t n, int64_t k, const void* b) {
   try {
     auto h = std::make_unique<FpropHandle>();
-    moenum::gpu::CutlassSm90Options o{static_cast<moenum::gpu::sm90::Tile>(tile & ~kStridedBatchBit), chunks};
+    namespace sm90 = moenum::gpu::sm90;
+    moenum::gpu::CutlassSm90Options o{static_cast<sm90::Tile>(tile & kTileMask), chunks};
     o.strided_batch = (tile & kStridedBatchBit) != 0;
+    if (tile & kL2Bit)
+      o.batch_l2 = {static_cast<sm90::L2Priority>(tile >> kL2WeightsShift & 3),
+                    static_cast<sm90::L2Priority>(tile >> kL2RowsShift & 3)};
     o.run = run;
     o.sm_count = sm_count;
     h->engine = moenum::gpu::make_cutlass_sm90_engine(o);
