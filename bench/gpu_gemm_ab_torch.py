@@ -47,10 +47,10 @@ ENGINES = [("gpu.grouped", "auto", -1, -1),
 # ENGINE.batch, timed only where MOENUM_GEMM_BENCH_ENGINES names it.
 BATCH_ENGINES = [(f"{engine}.batch", f"{tile} + strided batch", chunks, run) for engine, tile, chunks, run in ENGINES
                  if tile != "auto" and (chunks, run) == (-1, 1)]
-# The automatic choice with its strided batch's L2 priorities other than the rule's (grouped_sm90.h,
-# BatchL2: weights first, rows normal), timed only where MOENUM_GEMM_BENCH_ENGINES names them.
+# The automatic choice with its strided batch's L2 priorities forced (grouped_sm90.h, BatchL2; the
+# rule: batch_l2_rule), timed only where MOENUM_GEMM_BENCH_ENGINES names them.
 L2_ENGINES = [(f"gpu.grouped.l2_weights_{w}_rows_{r}", f"auto + L2 weights {w} rows {r}", -1, -1)
-              for w, r in (("normal", "normal"), ("first", "last"), ("normal", "last"))]
+              for w, r in (("normal", "normal"), ("first", "normal"), ("first", "last"), ("normal", "last"))]
 # MOENUM_GEMM_BENCH_ENGINES=name,name,... keeps those engines only (the automatic choices always), as
 # in bench/gpu_gemm_bench.cu: short sweeps.
 if os.environ.get("MOENUM_GEMM_BENCH_ENGINES"):

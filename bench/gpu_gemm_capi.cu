@@ -78,8 +78,8 @@ void* moenum_fprop_new(int tile, int chunks, int run, int sm_count, int groups, 
     moenum::gpu::CutlassSm90Options o{static_cast<sm90::Tile>(tile & kTileMask), chunks};
     o.strided_batch = (tile & kStridedBatchBit) != 0;
     if (tile & kL2Bit)
-      o.batch_l2 = {static_cast<sm90::L2Priority>(tile >> kL2WeightsShift & 3),
-                    static_cast<sm90::L2Priority>(tile >> kL2RowsShift & 3)};
+      o.batch_l2 = sm90::BatchL2{static_cast<sm90::L2Priority>(tile >> kL2WeightsShift & 3),
+                                 static_cast<sm90::L2Priority>(tile >> kL2RowsShift & 3)};
     o.run = run;
     o.sm_count = sm_count;
     h->engine = moenum::gpu::make_cutlass_sm90_engine(o);

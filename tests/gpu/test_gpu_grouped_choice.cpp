@@ -209,6 +209,20 @@ TEST(FpropRule, WideMidKFollowsMemoryBandwidth) {
 
 // Equal groups may run as one strided batch where the host knows the rows, they split evenly into at
 // most four M tiles per group, and the weights are one tensor with a fixed stride. No device needed.
+// The batch's weights go evict-first only where one cluster holds a group's rows and the k loop is
+// long: the bench's gpt-oss-120b and Qwen3.5-35B FC1 cells, not Qwen3-30B (512 rows, two clusters of
+// 256) nor Qwen3.5-35B FC2 (K 512).
+TEST(FpropRule, BatchWeightsEvictFirstWhereOneClusterReadsThem) {
+  using sm90::L2Priority;
+  auto weights = [](int64_t k, int64_t rows) { return sm90::batch_l2_rule(k, rows, 256).weights; };
+  EXPECT_EQ(weights(2048, 256), L2Priority::EvictFirst);  // Qwen3.5-35B FC1
+  EXPECT_EQ(weights(2880, 256), L2Priority::EvictFirst);  // gpt-oss-120b FC1, FC2
+  EXPECT_EQ(weights(512, 256), L2Priority::Normal);       // Qwen3.5-35B FC2
+  EXPECT_EQ(weights(2048, 512), L2Priority::Normal);      // Qwen3-30B FC1
+  EXPECT_EQ(weights(768, 512), L2Priority::Normal);       // Qwen3-30B FC2
+  EXPECT_EQ(sm90::batch_l2_rule(2048, 256, 256).rows, L2Priority::Normal);
+}
+
 TEST(FpropRule, StridedBatchNeedsRowsAndOneWeightTensor) {
   gpu::GroupedGemmDesc g;
   g.kind = gpu::GemmKind::Fprop, g.groups = 4, g.n = 1024, g.k = 2048, g.rows = 4 * 512;
@@ -438,7 +452,7 @@ TEST_F(GpuGroupedChoice, EveryL2PriorityOfTheBatchBitwise) {
         sm90::PlanOptions o;
         o.tile = t;
         o.strided_batch = true;
-        o.batch_l2 = {weights, rows};
+        o.batch_l2 = sm90::BatchL2{weights, rows};
         auto plan = sm90::make_fprop_plan(c.g, o);
         c.poison(s);
         plan->launch(c.g, s);

@@ -2,6 +2,7 @@
 // built on the device from the counts (see grouped_sm90.h). Never synchronises with the host.
 #pragma once
 #include <memory>
+#include <optional>
 
 #include "gemm/grouped_gemm.h"
 #include "sm90/grouped_sm90.h"
@@ -15,7 +16,7 @@ struct CutlassSm90Options {
   int run = -1;                        // Fprop pingpong tiles per cluster run (sm90::fprop_run), -1 auto
   int sm_count = -1;                   // Fprop persistent grid on at most this many SMs, -1 every SM
   bool strided_batch = false;          // a forced Fprop tile also runs equal small groups as a batch
-  sm90::BatchL2 batch_l2;              // the strided batch's L2 priorities (defaults: the rule)
+  std::optional<sm90::BatchL2> batch_l2;  // the strided batch's L2 priorities, unset: the rule
 };
 
 std::unique_ptr<GemmEngine> make_cutlass_sm90_engine(const CutlassSm90Options& o = {});

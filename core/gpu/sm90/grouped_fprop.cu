@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -188,6 +189,22 @@ int fprop_run(const GroupedGemmDesc& g, Tile t, int sm_count) {
   return run;
 }
 
+// The strided batch's L2 priorities. Each weight tile of a group is read by the clusters that hold the
+// group's rows, each block of rows by every weight tile of the group. Where one cluster holds a
+// group's rows whole and the k loop is long, the weights, read once, are loaded evict-first, so they
+// no longer push out the rows between their readers (ncu, H100: Qwen3.5-35B FC1 read 5.3% more DRAM
+// bytes than its operands, 0.35% so). Held at the power limit on an H100 (bench/RESULTS.md, run 21),
+// over torch, weights normal / evict-first: Qwen3.5-35B FC1 1.052 / 1.071, gpt-oss FC1 1.070 / 1.081,
+// FC2 1.093 / 1.112. Elsewhere evict-first lost: two clusters per group (512 rows: Qwen3-30B FC1
+// 1.083 / 1.073, FC2 1.137 / 1.053), where the second reader of a weight tile then finds it evicted
+// (ncu: Qwen3-30B FC1 read 46% more than its operands), and the short k loop of Qwen3.5-35B FC2
+// (K 512: 1.106 / 0.968, not understood). Rows evict-last: within 1.2% of normal on every cell.
+BatchL2 batch_l2_rule(int64_t k, int64_t rows, int64_t cluster_rows) {
+  BatchL2 l2;
+  if (rows <= cluster_rows && k >= kMidK) l2.weights = L2Priority::EvictFirst;
+  return l2;
+}
+
 // Skewed: the largest group holds more than twice the mean rows (max * groups > 2 * total, exact in
 // integers). Uniform counts sit at 1; the bench's zipf s=1.2 counts at about 3.4 over 8 experts and
 // 10 over 32 (more with more experts). Small groups: not skewed, and at most four M tiles' rows per
@@ -368,8 +385,9 @@ class StridedBatch {
   using Mainloop = typename Kernel::CollectiveMainloop;
 
  public:
-  // hw: the hardware info the launch's grouped configurations were made with; l2: the loads' priorities.
-  StridedBatch(const cutlass::KernelHardwareInfo& hw, BatchL2 l2) : hw_(hw), l2_(l2) {}
+  // hw: the hardware info the launch's grouped configurations were made with; l2: the loads'
+  // priorities (unset: batch_l2_rule's for each problem).
+  StridedBatch(const cutlass::KernelHardwareInfo& hw, std::optional<BatchL2> l2) : hw_(hw), forced_l2_(l2) {}
 
   // The parameters for g, with `rows` rows per group (equal_groups_rows(g) > 0). False if CUTLASS
   // cannot run them in `grid` (the grid of the launch that carries them) or without a workspace.
@@ -395,8 +413,9 @@ class StridedBatch {
     mainloop.dA = sa;
     mainloop.ptr_B = B::kTransposed ? a : b;
     mainloop.dB = sb;
-    (B::kTransposed ? mainloop.hint_a : mainloop.hint_b) = hint(l2_.weights);
-    (B::kTransposed ? mainloop.hint_b : mainloop.hint_a) = hint(l2_.rows);
+    const BatchL2 l2 = forced_l2_ ? *forced_l2_ : batch_l2_rule(k, rows, B::kClusterRows);
+    (B::kTransposed ? mainloop.hint_a : mainloop.hint_b) = hint(l2.weights);
+    (B::kTransposed ? mainloop.hint_b : mainloop.hint_a) = hint(l2.rows);
     typename Kernel::Arguments args{cutlass::gemm::GemmUniversalMode::kBatched,
                                     {m_extent, n_extent, k, g.groups},
                                     mainloop,
@@ -422,7 +441,7 @@ class StridedBatch {
   }
   using Key = std::tuple<const void*, const void*, const void*, int64_t, int64_t>;
   cutlass::KernelHardwareInfo hw_;
-  BatchL2 l2_;
+  std::optional<BatchL2> forced_l2_;
   Key key_{nullptr, nullptr, nullptr, 0, 0};
   bool ready_ = false;
   typename Kernel::Params params_{};
@@ -473,7 +492,8 @@ class ChoicePlan final : public GroupedGemmPlan {
 
  public:
   ChoicePlan(const GroupedGemmDesc& g, int chunks, int64_t chunk_rows, const std::array<int, kConfigs>& runs,
-             const std::array<int, 4>& config_of_class, bool offer_batch, BatchL2 batch_l2, int sm_count)
+             const std::array<int, 4>& config_of_class, bool offer_batch, std::optional<BatchL2> batch_l2,
+             int sm_count)
       : plans_(make_plans(g, chunks, chunk_rows, runs, sm_count, std::index_sequence_for<Cs...>{})),
         config_of_class_(config_of_class),
         offer_batch_(offer_batch),

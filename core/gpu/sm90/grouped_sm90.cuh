@@ -107,6 +107,8 @@ struct GroupedKernel {
   struct Batch {
     static constexpr bool kTransposed = GroupedKernel::kTransposed;
     using ClusterShape = GroupedKernel::ClusterShape;
+    // The layer's rows one cluster holds: its CTAs along them share the weight tile.
+    static constexpr int kClusterRows = kRowTile * (kTransposed ? ClusterN : ClusterM);
     using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
         cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
         cutlass::epilogue::collective::EpilogueTileAuto, Acc, Acc,

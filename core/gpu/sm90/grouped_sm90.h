@@ -52,6 +52,7 @@
 // modelled_accumulate in core/src/gpu_backend_traits.cpp.
 #pragma once
 #include <memory>
+#include <optional>
 
 #include "gemm/grouped_gemm.h"
 
@@ -91,13 +92,13 @@ bool tile_transposed(Tile t);
 // It decides which lines L2 keeps, never what is loaded or computed.
 enum class L2Priority : int { Normal = 0, EvictFirst = 1, EvictLast = 2 };
 const char* l2_priority_name(L2Priority p);
-// The defaults are the rule: over equal small groups each weight tile is read by the one cluster that
-// holds its group's rows (two for 512 rows), each block of rows by every weight tile of its group, so
-// the weights, streamed once, go first (bench/RESULTS.md, run 21).
 struct BatchL2 {
-  L2Priority weights = L2Priority::EvictFirst;
+  L2Priority weights = L2Priority::Normal;
   L2Priority rows = L2Priority::Normal;
 };
+// The rule (grouped_fprop.cu), for a batch of groups of `rows` rows whose clusters hold `cluster_rows`
+// rows each, over a k loop of `k`.
+BatchL2 batch_l2_rule(int64_t k, int64_t rows, int64_t cluster_rows);
 
 struct PlanOptions {
   Tile tile = Tile::Auto;  // honoured for Fprop only (Dgrad and Wgrad: always T128x128)
@@ -108,7 +109,7 @@ struct PlanOptions {
   // A forced Fprop tile also runs equal small groups as its strided batch, where equal_groups_rows
   // offers one (for the bench: the automatic plans carry their small-groups configuration's).
   bool strided_batch = false;
-  BatchL2 batch_l2;  // the strided batch's L2 priorities
+  std::optional<BatchL2> batch_l2;  // the strided batch's L2 priorities; unset: batch_l2_rule
 };
 
 std::unique_ptr<GroupedGemmPlan> make_fprop_plan(const GroupedGemmDesc& g, const PlanOptions& o);  // A row, B col, D bf16
