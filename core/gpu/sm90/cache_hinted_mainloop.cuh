@@ -1,12 +1,12 @@
 // CUTLASS's sm90 TMA warp-specialized mainloop with an L2 eviction priority for each operand's loads
 // (CUTLASS issues every TMA load at EVICT_NORMAL).
 //
-// Why: over equal small groups (the strided batch) one cluster reads a group's weight tile while
-// every weight tile of that group rereads the group's rows. At EVICT_NORMAL the weights, streamed
-// once, push the rows out of L2 between their readers, and the rows come from DRAM again (ncu on an
-// H100, bench/RESULTS.md run 21: gpu.grouped's batch read 11% more DRAM bytes than the operands on
-// Qwen3-30B FC1, cuBLAS's batch 7%). The priority changes which lines L2 keeps, never what is
-// loaded: the results are bitwise the same.
+// Why: a strided batch over equal small groups reads each weight tile once per cluster that holds
+// its group's rows, and each block of a group's rows once per weight tile of the group. At
+// EVICT_NORMAL the streamed weights can push the rows out of L2 between their readers, and the rows
+// then come from DRAM again. Which operand gets which priority is batch_l2_rule's choice
+// (grouped_fprop.cu). The priority changes which lines L2 keeps, never what is loaded: the results are
+// bitwise the same.
 #pragma once
 #include <cute/tensor.hpp>
 #include <cutlass/cutlass.h>

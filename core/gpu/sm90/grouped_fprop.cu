@@ -128,6 +128,7 @@ const char* counts_class_name(CountsClass c) {
 //              batched GEMM (GroupedKernel::Batch, StridedBatch). The grouped kernels rewrite and fence
 //              the tensor maps at every group change, which with groups of a few tiles is most tiles
 //              (bench/RESULTS.md, "Where the uniform small-group GEMMs lose"); a batch rewrites none.
+//              Its loads' L2 priorities: batch_l2_rule below.
 // A choice among configurations of one cluster shape and thread count is one kernel launch
 // (ChoicePlan). Not chosen: 2x2 clusters (slower than 1x2 on every shape); 256x128 and 256x192
 // cooperative tiles (behind pingpong on every 128/256-expert shape), also on the transposed problem

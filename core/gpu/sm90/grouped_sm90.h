@@ -39,8 +39,9 @@
 //     the same CUTLASS mainloop, the same k loop and instructions), whatever cluster takes which
 //     tile in which order (the pingpong's runs, run_scheduler.cuh) and whether equal groups run as
 //     one strided batched GEMM (GroupedKernel::Batch: CUTLASS's non-grouped mainloop and epilogue of
-//     the same schedule, the same k loop and instructions, with fixed strides for pointers, whatever L2 priority its loads carry). A K that is not a multiple of
-//     64 is zero-filled by TMA: zero products, which leave the chain's bits unchanged (moenum/tc.h).
+//     the same schedule, the same k loop and instructions, with fixed strides for pointers, whatever
+//     L2 priority its loads carry). A K that is not a multiple of 64 is zero-filled by TMA: zero
+//     products, which leave the chain's bits unchanged (moenum/tc.h).
 //   chunks (Fprop/Dgrad): sub-groups split M only, never K.
 //   Wgrad: K is the group's rows in plan order, one group per expert (chunks = 1), never split.
 //   No split-K, no stream-K: both schedules, with the grouped data-parallel tile scheduler,
