@@ -9,34 +9,45 @@ per operand, no per-group pointers), and torch.mm on one dense [rows, K] x [K, N
 weight for all rows: the compute ceiling at that N and K, with no weight traffic). Prints CSV
 shape,engine,ms,tflops,vs_torch.
 
+MOENUM_GEMM_BENCH_ENGINES (bench/gpu_gemm_ab_torch.py) adds the forced engines it names beside
+gpu.grouped's automatic choice (for example gpu.grouped.l2_weights_first_rows_normal).
+
 --ncu: instead runs each engine once between cudaProfilerStart/Stop after a warm-up, for
 `ncu --profile-from-start off` (scripts/gpu-check.sh stage gemm-diagnose).
---table FILE: one line per kernel of ncu's CSV (--csv --page details --print-units base) FILE, its metrics side by side.
+--table FILE: one line per kernel of ncu's CSV (--csv --page details --print-units base) FILE, its metrics side by side,
+in launch order: per shape torch, gpu.grouped, the forced engines, torch.bmm, the dense product.
 """
+import os
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_gemm_ab_torch import median_ms, moenum_plan, open_capi, operands, routing  # noqa: E402
+from gpu_gemm_ab_torch import ENGINES, ROWS_UNTOLD, median_ms, moenum_plan, open_capi, operands, routing  # noqa: E402
 from gpu_peer_torch import SHAPES  # noqa: E402
 
 
-def engines(lib, g, m, n, k):
-    """name -> zero-argument call, and the handle to free."""
+# The forced engines MOENUM_GEMM_BENCH_ENGINES names (none without it).
+FORCED = [e for e in ENGINES if e[0] not in ("gpu.grouped", ROWS_UNTOLD)] if os.environ.get("MOENUM_GEMM_BENCH_ENGINES") else []
+
+
+def engines(lib, tiles, g, m, n, k):
+    """name -> zero-argument call, and the handles to free."""
     a, b = operands(g, m, n, k)
     bt = b.transpose(-2, -1)
     offs32, counts64, offsets64 = routing(g, m, False)
-    d = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
-    moenum, h = moenum_plan(lib, 0, -1, -1, a, b, d, counts64, offsets64)
-    calls = {"torch._grouped_mm": lambda: torch._grouped_mm(a, bt, offs=offs32, out_dtype=torch.bfloat16),
-             "gpu.grouped": moenum}
+    calls = {"torch._grouped_mm": lambda: torch._grouped_mm(a, bt, offs=offs32, out_dtype=torch.bfloat16)}
+    handles = []
+    for engine, tile, chunks, run in [("gpu.grouped", "auto", -1, -1)] + FORCED:
+        d = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+        calls[engine], h = moenum_plan(lib, tiles[tile], chunks, run, a, b, d, counts64, offsets64)
+        handles.append(h)
     if bool((counts64 == counts64[0]).all()):
         a3 = a.view(g, m // g, k)
         calls["torch.bmm"] = lambda: torch.bmm(a3, bt)
     calls["torch.mm dense"] = lambda: torch.mm(a, bt[0])
-    return calls, h
+    return calls, handles
 
 
 def table(path):
@@ -58,12 +69,12 @@ def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--table":
         return table(sys.argv[2])
     args = [x for x in sys.argv[1:] if x != "--ncu"]
-    lib, _ = open_capi(args[0] if len(args) == 1 else None, __doc__, [])
+    lib, tiles = open_capi(args[0] if len(args) == 1 else None, __doc__, ["auto"] + [e[1] for e in FORCED])
     profile = "--ncu" in sys.argv
     if not profile:
         print("shape,engine,ms,tflops,vs_torch")
     for name, g, m, n, k in SHAPES:
-        calls, h = engines(lib, g, m, n, k)
+        calls, handles = engines(lib, tiles, g, m, n, k)
         if profile:
             for f in calls.values():
                 f()
@@ -81,7 +92,8 @@ def main():
             for e in names:
                 tflops = 2.0 * m * n * k / (med[e] * 1e-3) / 1e12
                 print(f"{name},{e},{med[e]:.4f},{tflops:.1f},{med['torch._grouped_mm'] / med[e]:.3f}", flush=True)
-        lib.moenum_fprop_free(h)
+        for h in handles:
+            lib.moenum_fprop_free(h)
     return 0
 
 

@@ -18,6 +18,8 @@
 #                                       forced (bench/gpu_gemm_kernel_times.py),
 #                                       gemm-sustained: time per call of the GEMMs held at the power limit,
 #                                       with the dense ceiling (bench/gpu_gemm_sustained.py),
+#                                       gemm-l2: the strided batch's L2 priorities forced on the equal-count
+#                                       cells, held at the power limit, then the gemm-diagnose stage on them,
 #                                       and multigpu (nvidia-h200-x2): EP 2 under mpirun with transport nccl,
 #                                       gpu.grouped and gpu.multistream, bf16 and mxfp8, every padding source,
 #                                       bitwise against transport local, with timings
@@ -387,6 +389,18 @@ if want gemm-diagnose && [ -f $BUILD/libmoenum_gemm_capi.so ]; then
     python3 bench/gpu_gemm_diagnose.py --table "$OUT/gemm_ncu.csv" >"$OUT/gemm_ncu_table.csv" 2>>"$OUT/gemm_diagnose.err" || rc=1
   fi
   [ $rc -eq 0 ] && note gemm-diag ok "$((SECONDS - t0)) s" || note gemm-diag FAILED "$(tail -1 "$OUT/gemm_diagnose.err")"
+fi
+
+# ---- gemm-l2 (on request): the strided batch's L2 priorities against the rule, on the cells that run it
+if want gemm-l2 && [ -f $BUILD/libmoenum_gemm_capi.so ]; then
+  t0=$SECONDS
+  export MOENUM_GEMM_BENCH_ENGINES=gpu.grouped.l2_weights_normal_rows_normal,gpu.grouped.l2_weights_first_rows_normal
+  MOENUM_GEMM_SHAPES=qwen3_30b_fc1,qwen3_30b_fc2,qwen3.5_35b_fc1,qwen3.5_35b_fc2,gpt_oss_120b_fc1,gpt_oss_120b_fc2 \
+    timeout 200 python3 bench/gpu_gemm_sustained.py $BUILD/libmoenum_gemm_capi.so --sweep >"$OUT/gemm_l2.csv" 2>"$OUT/gemm_l2.err"
+  rc=$?
+  OUT=$OUT/l2-diagnose MOENUM_GEMM_SHAPES=qwen3.5_35b_fc1,qwen3.5_35b_fc2 bash "$ROOT/scripts/gpu-check.sh" gemm-diagnose >>"$OUT/gemm_l2.err" 2>&1 || rc=1
+  unset MOENUM_GEMM_BENCH_ENGINES
+  [ $rc -eq 0 ] && note gemm-l2 ok "$((SECONDS - t0)) s" || note gemm-l2 FAILED "$(tail -1 "$OUT/gemm_l2.err")"
 fi
 
 # ---- layer: gpu.grouped's whole layer (eager, graph replay) and the torch.grouped_mm adapter's, ----
