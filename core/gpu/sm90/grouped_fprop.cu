@@ -199,7 +199,8 @@ int fprop_run(const GroupedGemmDesc& g, Tile t, int sm_count) {
 // FC2 1.093 / 1.112. Elsewhere evict-first lost: two clusters per group (512 rows: Qwen3-30B FC1
 // 1.083 / 1.073, FC2 1.137 / 1.053), where the second reader of a weight tile then finds it evicted
 // (ncu: Qwen3-30B FC1 read 46% more than its operands), and the short k loop of Qwen3.5-35B FC2
-// (K 512: 1.106 / 0.968, not understood). Rows evict-last: within 1.2% of normal on every cell.
+// (K 512: 1.106 / 0.968, not understood; both losing FC2 cells run the 128x128 transposed batch, so
+// K and that tile are confounded here). Rows evict-last: within 1.2% of normal on every cell.
 BatchL2 batch_l2_rule(int64_t k, int64_t rows, int64_t cluster_rows) {
   BatchL2 l2;
   if (rows <= cluster_rows && k >= kMidK) l2.weights = L2Priority::EvictFirst;
