@@ -207,8 +207,6 @@ TEST(FpropRule, WideMidKFollowsMemoryBandwidth) {
   }
 }
 
-// Equal groups may run as one strided batch where the host knows the rows, they split evenly into at
-// most four M tiles per group, and the weights are one tensor with a fixed stride. No device needed.
 // The batch's weights go evict-first only where one cluster holds a group's rows and the k loop is
 // long: the bench's gpt-oss-120b and Qwen3.5-35B FC1 cells, not Qwen3-30B (512 rows, two clusters of
 // 256) nor Qwen3.5-35B FC2 (K 512).
@@ -223,6 +221,8 @@ TEST(FpropRule, BatchWeightsEvictFirstWhereOneClusterReadsThem) {
   EXPECT_EQ(sm90::batch_l2_rule(2048, 256, 256).rows, L2Priority::Normal);
 }
 
+// Equal groups may run as one strided batch where the host knows the rows, they split evenly into at
+// most four M tiles per group, and the weights are one tensor with a fixed stride. No device needed.
 TEST(FpropRule, StridedBatchNeedsRowsAndOneWeightTensor) {
   gpu::GroupedGemmDesc g;
   g.kind = gpu::GemmKind::Fprop, g.groups = 4, g.n = 1024, g.k = 2048, g.rows = 4 * 512;
