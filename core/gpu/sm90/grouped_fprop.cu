@@ -207,12 +207,12 @@ BatchL2 batch_l2_rule(int64_t k, int64_t rows, int64_t cluster_rows) {
   return l2;
 }
 
-// The strided batch's grid. Its tiles are all alike, so on the launch's C clusters the last wave of
-// a persistent grid may hold only a few (Qwen3.5-35B FC1: 1024 cluster tiles on 66 clusters, 15.5
-// waves). Those few finish it alone while the others idle; on the fewest clusters that need as many
-// waves every cluster deals the same tiles and the rest of the card draws no power, which at the
-// power limit the running SMs' clock takes up. A grid of 128 SMs instead of 132 gained about 1% on
-// two uniform cells with such a tail (bench/RESULTS.md, run 15).
+// The clusters the strided batch deals its tiles to (cut_grid_scheduler.cuh). Its tiles are all
+// alike, so on the launch's C clusters the last wave may hold only a few (Qwen3.5-35B FC1: 1024
+// cluster tiles on 66 clusters, 15.5 waves), which finish it alone while the others idle. On the
+// fewest clusters that need as many waves every cluster deals the same tiles and the rest of the card
+// draws no power, which at the power limit the working SMs' clock takes up. A grid of 128 SMs instead
+// of 132 gained about 1% on two uniform cells with such a tail (bench/RESULTS.md, run 15).
 int64_t batch_clusters(int64_t cluster_tiles, int64_t clusters) {
   if (cluster_tiles <= 0 || clusters <= 0) return clusters;
   const int64_t waves = (cluster_tiles + clusters - 1) / clusters;
@@ -403,10 +403,10 @@ class StridedBatch {
   // priorities (unset: batch_l2_rule's for each problem).
   StridedBatch(const cutlass::KernelHardwareInfo& hw, std::optional<BatchL2> l2) : hw_(hw), forced_l2_(l2) {}
 
-  // The parameters for g, with `rows` rows per group (equal_groups_rows(g) > 0), and grid(): the
-  // launch's `full_grid` cut to batch_clusters' clusters. False if CUTLASS cannot run them in
-  // full_grid (the grid the launch's other configurations were made for) or without a workspace.
-  bool prepare(const GroupedGemmDesc& g, int64_t rows, dim3 full_grid) {
+  // The parameters for g, with `rows` rows per group (equal_groups_rows(g) > 0), their tiles dealt
+  // to batch_clusters' clusters of `grid`. False if CUTLASS cannot run them in `grid` (the grid of
+  // the launch that carries them) or without a workspace.
+  bool prepare(const GroupedGemmDesc& g, int64_t rows, dim3 grid) {
     const int64_t stride = expert_weight_stride(g);
     const Key key{g.a, g.d_rows, g.b_expert[0], stride, rows};
     if (key == key_) return ready_;
@@ -440,44 +440,33 @@ class StridedBatch {
     args.epilogue.thread.beta = 0.0f;
     // The grouped scheduler rasterises along M (its default), which sets its grid's layout.
     args.scheduler.raster_order = cutlass::gemm::kernel::detail::RasterOrderOptions::AlongM;
-    if (!Kernel::can_implement(args) || Kernel::get_workspace_size(args) != 0) return false;
-    params_ = Kernel::to_underlying_arguments(args, nullptr);
-    grid_ = Kernel::get_grid_shape(params_);
-    if (!same_dims(grid_, full_grid)) return false;
-    // Both schedulers step by the launched grid (gridDim), so the other configurations run right
-    // on the cut grid too, if the device does not find the counts equal after all.
     using Tile = typename Kernel::TileShape;
     constexpr int cm = cute::size<0>(typename B::ClusterShape{}), cn = cute::size<1>(typename B::ClusterShape{});
-    auto tiles = [](int64_t extent, int tile, int cluster) { return ((extent + tile - 1) / tile + cluster - 1) / cluster; };
-    const int64_t cluster_tiles = g.groups * tiles(m_extent, cute::size<0>(Tile{}), cm) * tiles(n_extent, cute::size<1>(Tile{}), cn);
-    const int64_t full_clusters = int64_t(full_grid.x) * full_grid.y * full_grid.z / (cm * cn);
-    const int64_t clusters = batch_clusters(cluster_tiles, full_clusters);
-    if (clusters < full_clusters) {
-      args.hw_info.sm_count = static_cast<int>(clusters * cm * cn);
-      args.hw_info.max_active_clusters = static_cast<int>(clusters);
-      const auto cut = Kernel::to_underlying_arguments(args, nullptr);
-      const dim3 cut_grid = Kernel::get_grid_shape(cut);
-      if (int64_t(cut_grid.x) * cut_grid.y * cut_grid.z == clusters * cm * cn) params_ = cut, grid_ = cut_grid;
+    auto cluster_tiles = [](int64_t extent, int tile, int cluster) { return ((extent + tile - 1) / tile + cluster - 1) / cluster; };
+    const int64_t tiles = g.groups * cluster_tiles(m_extent, cute::size<0>(Tile{}), cm) *
+                          cluster_tiles(n_extent, cute::size<1>(Tile{}), cn);
+    const int64_t clusters = int64_t(grid.x) * grid.y * grid.z / (cm * cn);
+    args.scheduler.ctas = static_cast<int>(batch_clusters(tiles, clusters) * cm * cn);
+    if (Kernel::can_implement(args) && Kernel::get_workspace_size(args) == 0) {
+      params_ = Kernel::to_underlying_arguments(args, nullptr);
+      const dim3 want = Kernel::get_grid_shape(params_);
+      ready_ = want.x == grid.x && want.y == grid.y && want.z == grid.z;
     }
-    ready_ = true;
     return ready_;
   }
   const typename Kernel::Params& params() const { return params_; }
-  dim3 grid() const { return grid_; }
 
  private:
   static typename Mainloop::Hint hint(L2Priority p) {
     using H = typename Mainloop::Hint;
     return p == L2Priority::EvictFirst ? H::EVICT_FIRST : p == L2Priority::EvictLast ? H::EVICT_LAST : H::EVICT_NORMAL;
   }
-  static bool same_dims(dim3 a, dim3 b) { return a.x == b.x && a.y == b.y && a.z == b.z; }
   using Key = std::tuple<const void*, const void*, const void*, int64_t, int64_t>;
   cutlass::KernelHardwareInfo hw_;
   std::optional<BatchL2> forced_l2_;
   Key key_{nullptr, nullptr, nullptr, 0, 0};
   bool ready_ = false;
   typename Kernel::Params params_{};
-  dim3 grid_;
 };
 
 // The kernels of one ChoicePlan launch (Ks, then the strided batch's if any): the kernel, its
@@ -508,8 +497,7 @@ struct BatchHolder<void> {};
 // launches (fill, GEMM) like one plan: no host read, graph-capturable, and nothing launched for the
 // configurations not chosen. The GEMM is a programmatic dependent launch of the fill, so its launch
 // and setup overlap the fill (torch._grouped_mm launches its two without that). Batch: void, or a
-// GroupedKernel::Batch of the same cluster shape that equal small groups run (StridedBatch); a launch
-// that offers it runs on its grid (StridedBatch::grid).
+// GroupedKernel::Batch of the same cluster shape that equal small groups run (StridedBatch).
 template <class Batch, class... Cs>
 class ChoicePlan final : public GroupedGemmPlan {
   static constexpr int kConfigs = sizeof...(Cs);
@@ -561,9 +549,6 @@ class ChoicePlan final : public GroupedGemmPlan {
       f.equal_rows = rows > 0 && batch_.batch->prepare(g, rows, grid_) ? rows : 0;
     }
     offered_batch_ = f.equal_rows > 0;
-    dim3 grid = grid_;
-    if constexpr (kBatch)
-      if (offered_batch_) grid = batch_.batch->grid();
     choose_and_fill<D, kConfigs><<<(entries + 127) / 128, 128, 0, s>>>(f, g.groups, g.counts, g.offsets, choice_.get());
     MOENUM_CUDA_LAUNCH_CHECK();
     using Cluster = typename First::ClusterShape;
@@ -577,7 +562,7 @@ class ChoicePlan final : public GroupedGemmPlan {
             params = params_of<typename Cs::Kernel...>(plan->params()...);
           const int* choice = choice_.get();
           void* args[] = {&params, &choice};
-          MOENUM_CUTLASS_CHECK(cutlass::ClusterLauncher::launch(grid, cluster, FirstKernel::get_block_shape(),
+          MOENUM_CUTLASS_CHECK(cutlass::ClusterLauncher::launch(grid_, cluster, FirstKernel::get_block_shape(),
                                                                 kSmemBytes, s, reinterpret_cast<const void*>(kKernel),
                                                                 args, /*launch_with_pdl=*/true));
         },
