@@ -175,16 +175,17 @@ FpropTiles fprop_tiles(const GroupedGemmDesc& g, const FpropDevice& device) {
 // longer runs (a quarter of L2: Qwen3.5-35B FC2 uniform runs of 8 1.20-1.26x against 1.07-1.13x for 1).
 // Other configurations: runs of 1 (no gain where the groups are large, losses on skewed counts).
 int fprop_run(const GroupedGemmDesc& g, Tile t, int sm_count) {
-  const bool shares_weights = with_tile_kernel(t, [](auto kernel) {
+  // The rows a cluster column holds where it shares the weights, 0 elsewhere.
+  const int64_t cluster_rows = with_tile_kernel(t, [](auto kernel) -> int64_t {
     using K = decltype(kernel);
-    return K::kTransposed && cute::size<1>(typename K::ClusterShape{}) == 2;
+    return K::kTransposed && cute::size<1>(typename K::ClusterShape{}) == 2 ? K::kClusterRows : 0;
   });
-  if (!shares_weights) return 1;
+  if (cluster_rows == 0) return 1;
   int dev = 0, l2 = 0;
   MOENUM_CUDA_CHECK(cudaGetDevice(&dev));
   MOENUM_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
   const int64_t clusters = sm_count / 2, weight_tiles = (g.n + 127) / 128;
-  const int64_t block_bytes = 256 * g.k * 2;
+  const int64_t block_bytes = cluster_rows * g.k * 2;
   int run = 1;
   while (run < 8 && clusters * (2 * run) * block_bytes <= weight_tiles * (l2 / 8)) run *= 2;
   return run;

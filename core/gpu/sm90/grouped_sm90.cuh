@@ -68,6 +68,8 @@ struct GroupedKernel {
   static constexpr bool kTransposed = std::is_same_v<LayoutD, cutlass::layout::ColumnMajor>;
   // The tile's extent along the layer's rows (sub-groups are multiples of it): N when transposed.
   static constexpr int kRowTile = kTransposed ? TileN : TileM;
+  // The layer's rows one cluster holds: its CTAs along them share the weight tile.
+  static constexpr int kClusterRows = kRowTile * (kTransposed ? ClusterN : ClusterM);
   // 128x128x64 cooperative, no cluster: the default for every layout, a middle ground between the
   // large DeepSeek/Mixtral groups and the many small Qwen groups. The Fprop variants (a cluster along
   // N shares the A tile through TMA multicast and never rounds a group's M tiles up; along M it
@@ -107,8 +109,7 @@ struct GroupedKernel {
   struct Batch {
     static constexpr bool kTransposed = GroupedKernel::kTransposed;
     using ClusterShape = GroupedKernel::ClusterShape;
-    // The layer's rows one cluster holds: its CTAs along them share the weight tile.
-    static constexpr int kClusterRows = kRowTile * (kTransposed ? ClusterN : ClusterM);
+    static constexpr int kClusterRows = GroupedKernel::kClusterRows;
     using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
         cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
         cutlass::epilogue::collective::EpilogueTileAuto, Acc, Acc,
