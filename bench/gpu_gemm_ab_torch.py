@@ -51,11 +51,14 @@ BATCH_ENGINES = [(f"{engine}.batch", f"{tile} + strided batch", chunks, run) for
 # rule: batch_l2_rule), timed only where MOENUM_GEMM_BENCH_ENGINES names them.
 L2_ENGINES = [(f"gpu.grouped.l2_weights_{w}_rows_{r}", f"auto + L2 weights {w} rows {r}", -1, -1)
               for w, r in (("normal", "normal"), ("first", "normal"), ("first", "last"), ("normal", "last"))]
-# MOENUM_GEMM_BENCH_ENGINES=name,name,... keeps those engines only (the automatic choices always), as
-# in bench/gpu_gemm_bench.cu: short sweeps.
-if os.environ.get("MOENUM_GEMM_BENCH_ENGINES"):
-    _kept = os.environ["MOENUM_GEMM_BENCH_ENGINES"].split(",")
-    ENGINES = [e for e in ENGINES + BATCH_ENGINES + L2_ENGINES if e[0] in ("gpu.grouped", ROWS_UNTOLD) or e[0] in _kept]
+# MOENUM_GEMM_BENCH_ENGINES=name,name,... asks for those forced engines only (ASKED_ENGINES; none
+# without it), which ENGINES then keeps beside the automatic choices, as in bench/gpu_gemm_bench.cu:
+# short sweeps.
+_ASKED = [n for n in os.environ.get("MOENUM_GEMM_BENCH_ENGINES", "").split(",") if n]
+AUTOMATIC_ENGINES = ENGINES[:2]
+ASKED_ENGINES = [e for e in ENGINES[2:] + BATCH_ENGINES + L2_ENGINES if e[0] in _ASKED]
+if _ASKED:
+    ENGINES = AUTOMATIC_ENGINES + ASKED_ENGINES
 
 
 def load_capi(path):

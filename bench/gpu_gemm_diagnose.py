@@ -17,19 +17,14 @@ gpu.grouped's automatic choice (for example gpu.grouped.l2_weights_first_rows_no
 --table FILE: one line per kernel of ncu's CSV (--csv --page details --print-units base) FILE, its metrics side by side,
 in launch order: per shape torch, gpu.grouped, the forced engines, torch.bmm, the dense product.
 """
-import os
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_gemm_ab_torch import ENGINES, ROWS_UNTOLD, median_ms, moenum_plan, open_capi, operands, routing  # noqa: E402
+from gpu_gemm_ab_torch import ASKED_ENGINES, median_ms, moenum_plan, open_capi, operands, routing  # noqa: E402
 from gpu_peer_torch import SHAPES  # noqa: E402
-
-
-# The forced engines MOENUM_GEMM_BENCH_ENGINES names (none without it).
-FORCED = [e for e in ENGINES if e[0] not in ("gpu.grouped", ROWS_UNTOLD)] if os.environ.get("MOENUM_GEMM_BENCH_ENGINES") else []
 
 
 def engines(lib, tiles, g, m, n, k):
@@ -39,7 +34,7 @@ def engines(lib, tiles, g, m, n, k):
     offs32, counts64, offsets64 = routing(g, m, False)
     calls = {"torch._grouped_mm": lambda: torch._grouped_mm(a, bt, offs=offs32, out_dtype=torch.bfloat16)}
     handles = []
-    for engine, tile, chunks, run in [("gpu.grouped", "auto", -1, -1)] + FORCED:
+    for engine, tile, chunks, run in [("gpu.grouped", "auto", -1, -1)] + ASKED_ENGINES:
         d = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
         calls[engine], h = moenum_plan(lib, tiles[tile], chunks, run, a, b, d, counts64, offsets64)
         handles.append(h)
@@ -69,7 +64,7 @@ def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--table":
         return table(sys.argv[2])
     args = [x for x in sys.argv[1:] if x != "--ncu"]
-    lib, tiles = open_capi(args[0] if len(args) == 1 else None, __doc__, ["auto"] + [e[1] for e in FORCED])
+    lib, tiles = open_capi(args[0] if len(args) == 1 else None, __doc__, ["auto"] + [e[1] for e in ASKED_ENGINES])
     profile = "--ncu" in sys.argv
     if not profile:
         print("shape,engine,ms,tflops,vs_torch")
