@@ -25,28 +25,28 @@ from gpu_peer_torch import SHAPES, make_counts  # noqa: E402
 # can run (grouped_sm90.h, equal_groups_rows): the grouped kernels alone.
 ROWS_UNTOLD = "gpu.grouped.rows_untold"
 # (engine, tile as sm90::tile_name names it, sub-groups per group, tiles per run; -1 = automatic)
-ENGINES = [("gpu.grouped", "auto", -1, -1),
-           (ROWS_UNTOLD, "auto", -1, -1),
-           ("gpu.grouped.pingpong", "128x128 pingpong 1x2", -1, 1),
-           ("gpu.grouped.pingpong_whole", "128x128 pingpong 1x2", 1, 1),
-           ("gpu.grouped.pingpong_m2", "128x128 pingpong 2x1", -1, 1),
-           ("gpu.grouped.wide", "128x256 coop 1x2", -1, 1),
-           ("gpu.grouped.wide_m2", "128x256 coop 2x1", -1, 1),
-           ("gpu.grouped.wide_m2_whole", "128x256 coop 2x1", 1, 1),
-           ("gpu.grouped.pingpong_t", "128x128 pingpong 1x2 transposed", -1, 1),
-           ("gpu.grouped.pingpong_t_r2", "128x128 pingpong 1x2 transposed", -1, 2),
-           ("gpu.grouped.pingpong_t_r4", "128x128 pingpong 1x2 transposed", -1, 4),
-           ("gpu.grouped.pingpong_t_r8", "128x128 pingpong 1x2 transposed", -1, 8),
-           ("gpu.grouped.pingpong_t_m2", "128x128 pingpong 2x1 transposed", -1, 1),
-           ("gpu.grouped.pingpong192", "128x192 pingpong 1x2", -1, 1),
-           ("gpu.grouped.pingpong_t192", "192x128 pingpong 1x2 transposed", -1, 1),
-           ("gpu.grouped.pingpong_t192_r2", "192x128 pingpong 1x2 transposed", -1, 2),
-           ("gpu.grouped.pingpong_t192_r4", "192x128 pingpong 1x2 transposed", -1, 4)]
+AUTOMATIC_ENGINES = [("gpu.grouped", "auto", -1, -1), (ROWS_UNTOLD, "auto", -1, -1)]
+FORCED_ENGINES = [("gpu.grouped.pingpong", "128x128 pingpong 1x2", -1, 1),
+                  ("gpu.grouped.pingpong_whole", "128x128 pingpong 1x2", 1, 1),
+                  ("gpu.grouped.pingpong_m2", "128x128 pingpong 2x1", -1, 1),
+                  ("gpu.grouped.wide", "128x256 coop 1x2", -1, 1),
+                  ("gpu.grouped.wide_m2", "128x256 coop 2x1", -1, 1),
+                  ("gpu.grouped.wide_m2_whole", "128x256 coop 2x1", 1, 1),
+                  ("gpu.grouped.pingpong_t", "128x128 pingpong 1x2 transposed", -1, 1),
+                  ("gpu.grouped.pingpong_t_r2", "128x128 pingpong 1x2 transposed", -1, 2),
+                  ("gpu.grouped.pingpong_t_r4", "128x128 pingpong 1x2 transposed", -1, 4),
+                  ("gpu.grouped.pingpong_t_r8", "128x128 pingpong 1x2 transposed", -1, 8),
+                  ("gpu.grouped.pingpong_t_m2", "128x128 pingpong 2x1 transposed", -1, 1),
+                  ("gpu.grouped.pingpong192", "128x192 pingpong 1x2", -1, 1),
+                  ("gpu.grouped.pingpong_t192", "192x128 pingpong 1x2 transposed", -1, 1),
+                  ("gpu.grouped.pingpong_t192_r2", "192x128 pingpong 1x2 transposed", -1, 2),
+                  ("gpu.grouped.pingpong_t192_r4", "192x128 pingpong 1x2 transposed", -1, 4)]
+ENGINES = AUTOMATIC_ENGINES + FORCED_ENGINES
 # Each forced tile also running equal small groups as its strided batch (grouped_sm90.h,
 # PlanOptions::strided_batch; on uniform counts of at most 512 rows per group, the batch alone):
 # ENGINE.batch, timed only where MOENUM_GEMM_BENCH_ENGINES names it.
-BATCH_ENGINES = [(f"{engine}.batch", f"{tile} + strided batch", chunks, run) for engine, tile, chunks, run in ENGINES
-                 if tile != "auto" and (chunks, run) == (-1, 1)]
+BATCH_ENGINES = [(f"{engine}.batch", f"{tile} + strided batch", chunks, run)
+                 for engine, tile, chunks, run in FORCED_ENGINES if (chunks, run) == (-1, 1)]
 # The automatic choice with its strided batch's L2 priorities forced (grouped_sm90.h, BatchL2; the
 # rule: batch_l2_rule), timed only where MOENUM_GEMM_BENCH_ENGINES names them.
 L2_ENGINES = [(f"gpu.grouped.l2_weights_{w}_rows_{r}", f"auto + L2 weights {w} rows {r}", -1, -1)
@@ -55,8 +55,7 @@ L2_ENGINES = [(f"gpu.grouped.l2_weights_{w}_rows_{r}", f"auto + L2 weights {w} r
 # without it), which ENGINES then keeps beside the automatic choices, as in bench/gpu_gemm_bench.cu:
 # short sweeps.
 _ASKED = [n for n in os.environ.get("MOENUM_GEMM_BENCH_ENGINES", "").split(",") if n]
-AUTOMATIC_ENGINES = ENGINES[:2]
-ASKED_ENGINES = [e for e in ENGINES[2:] + BATCH_ENGINES + L2_ENGINES if e[0] in _ASKED]
+ASKED_ENGINES = [e for e in FORCED_ENGINES + BATCH_ENGINES + L2_ENGINES if e[0] in _ASKED]
 if _ASKED:
     ENGINES = AUTOMATIC_ENGINES + ASKED_ENGINES
 

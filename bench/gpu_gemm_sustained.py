@@ -31,7 +31,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_gemm_ab_torch import ENGINES, ROWS_UNTOLD, moenum_plan, open_capi, operands, routing  # noqa: E402
+from gpu_gemm_ab_torch import (AUTOMATIC_ENGINES, ENGINES, ROWS_UNTOLD, moenum_plan, open_capi,  # noqa: E402
+                               operands, routing)
 from gpu_peer_torch import SHAPES  # noqa: E402
 
 TORCH, DENSE, BATCHED = "torch._grouped_mm", "torch.mm dense", "torch.bmm batched"
@@ -73,7 +74,7 @@ def main():
     dists = (False,) if "--uniform" in args else (False, True)
     args = [a for a in args if a not in sweep_dists and a != "--uniform"]
     library = args[0] if len(args) == 1 else None
-    engines = [(e, tile, chunks, run) for e, tile, chunks, run in ENGINES if sweep or e in ("gpu.grouped", ROWS_UNTOLD)]
+    engines = ENGINES if sweep else AUTOMATIC_ENGINES
     lib, tiles = open_capi(library, __doc__, [tile for _, tile, _, _ in engines])
     seconds, rounds = (0.4, 3) if sweep else (0.6, 5)
     cases = [(name, zipf) for name, *_ in SHAPES for zipf in (sweep or dists)]
