@@ -221,6 +221,20 @@ TEST(FpropRule, BatchWeightsEvictFirstWhereOneClusterReadsThem) {
   EXPECT_EQ(sm90::batch_l2_rule(2048, 256, 256).rows, L2Priority::Normal);
 }
 
+// The batch runs on the fewest clusters that deal its tiles in as many waves as the whole grid: the
+// bench's uniform cells whose last wave is short (on 66 clusters of two SMs) lose it, the others keep
+// every cluster.
+TEST(FpropRule, BatchGridKeepsItsWavesOnFewerClusters) {
+  EXPECT_EQ(sm90::batch_clusters(256 * 4, 66), 64);      // Qwen3.5-35B FC1, 128x256 2x1: 15.5 waves -> 16 of 64
+  EXPECT_EQ(sm90::batch_clusters(128 * 8 * 2, 66), 64);  // Qwen3-30B FC1, 192x128 1x2 transposed: 31.03 -> 32
+  EXPECT_EQ(sm90::batch_clusters(128 * 15, 66), 64);     // gpt-oss-120b FC2, 192x128 1x2 transposed: 29.09 -> 30
+  EXPECT_EQ(sm90::batch_clusters(128 * 30, 66), 66);     // gpt-oss-120b FC1: 58.18 waves, 65.08 clusters needed
+  EXPECT_EQ(sm90::batch_clusters(128 * 16 * 2, 66), 66); // Qwen3-30B FC2, 128x128 1x2 transposed: 62.06 waves
+  EXPECT_EQ(sm90::batch_clusters(66 * 3, 66), 66);       // whole waves: every cluster
+  EXPECT_EQ(sm90::batch_clusters(10, 66), 10);           // under one wave: one tile each
+  EXPECT_EQ(sm90::batch_clusters(0, 66), 66);
+}
+
 // Equal groups may run as one strided batch where the host knows the rows, they split evenly into at
 // most four M tiles per group, and the weights are one tensor with a fixed stride. No device needed.
 TEST(FpropRule, StridedBatchNeedsRowsAndOneWeightTensor) {

@@ -208,6 +208,18 @@ BatchL2 batch_l2_rule(int64_t k, int64_t rows, int64_t cluster_rows) {
   return l2;
 }
 
+// The clusters the strided batch deals its tiles to (cut_grid_scheduler.cuh). Its tiles are all
+// alike, so on the launch's C clusters the last wave may hold only a few (Qwen3.5-35B FC1: 1024
+// cluster tiles on 66 clusters, 15.5 waves), which finish it alone while the others idle. On the
+// fewest clusters that need as many waves every cluster deals the same tiles and the rest of the card
+// draws no power, which at the power limit the working SMs' clock takes up. A grid of 128 SMs instead
+// of 132 gained about 1% on two uniform cells with such a tail (bench/RESULTS.md, run 15).
+int64_t batch_clusters(int64_t cluster_tiles, int64_t clusters) {
+  if (cluster_tiles <= 0 || clusters <= 0) return clusters;
+  const int64_t waves = (cluster_tiles + clusters - 1) / clusters;
+  return (cluster_tiles + waves - 1) / waves;
+}
+
 // Skewed: the largest group holds more than twice the mean rows (max * groups > 2 * total, exact in
 // integers). Uniform counts sit at 1; the bench's zipf s=1.2 counts at about 3.4 over 8 experts and
 // 10 over 32 (more with more experts). Small groups: not skewed, and at most four M tiles' rows per
@@ -392,8 +404,9 @@ class StridedBatch {
   // priorities (unset: batch_l2_rule's for each problem).
   StridedBatch(const cutlass::KernelHardwareInfo& hw, std::optional<BatchL2> l2) : hw_(hw), forced_l2_(l2) {}
 
-  // The parameters for g, with `rows` rows per group (equal_groups_rows(g) > 0). False if CUTLASS
-  // cannot run them in `grid` (the grid of the launch that carries them) or without a workspace.
+  // The parameters for g, with `rows` rows per group (equal_groups_rows(g) > 0), their tiles dealt
+  // to batch_clusters' clusters of `grid`. False if CUTLASS cannot run them in `grid` (the grid of
+  // the launch that carries them) or without a workspace.
   bool prepare(const GroupedGemmDesc& g, int64_t rows, dim3 grid) {
     const int64_t stride = expert_weight_stride(g);
     const Key key{g.a, g.d_rows, g.b_expert[0], stride, rows};
@@ -428,6 +441,13 @@ class StridedBatch {
     args.epilogue.thread.beta = 0.0f;
     // The grouped scheduler rasterises along M (its default), which sets its grid's layout.
     args.scheduler.raster_order = cutlass::gemm::kernel::detail::RasterOrderOptions::AlongM;
+    using Tile = typename Kernel::TileShape;
+    constexpr int cm = cute::size<0>(typename B::ClusterShape{}), cn = cute::size<1>(typename B::ClusterShape{});
+    auto cluster_tiles = [](int64_t extent, int tile, int cluster) { return ((extent + tile - 1) / tile + cluster - 1) / cluster; };
+    const int64_t tiles = g.groups * cluster_tiles(m_extent, cute::size<0>(Tile{}), cm) *
+                          cluster_tiles(n_extent, cute::size<1>(Tile{}), cn);
+    const int64_t clusters = int64_t(grid.x) * grid.y * grid.z / (cm * cn);
+    args.scheduler.ctas = static_cast<int>(batch_clusters(tiles, clusters) * cm * cn);
     if (Kernel::can_implement(args) && Kernel::get_workspace_size(args) == 0) {
       params_ = Kernel::to_underlying_arguments(args, nullptr);
       const dim3 want = Kernel::get_grid_shape(params_);

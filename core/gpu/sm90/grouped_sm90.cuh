@@ -21,6 +21,7 @@
 
 #include "cuda_check.h"
 #include "sm90/cache_hinted_mainloop.cuh"
+#include "sm90/cut_grid_scheduler.cuh"
 #include "sm90/grouped_sm90.h"
 #include "sm90/run_scheduler.cuh"
 #include "device_buffer.h"
@@ -105,7 +106,8 @@ struct GroupedKernel {
   // The same configuration as one strided batched GEMM over the groups (L = groups), for equal groups
   // laid out back to back (grouped_fprop.cu, StridedBatch): no tensor map changes from group to group.
   // Same tile, cluster, schedule, k loop and epilogue, so the same bits; its loads carry L2 priorities
-  // (the weights are A when transposed, B otherwise).
+  // (the weights are A when transposed, B otherwise), and its tiles may go to fewer CTAs than the
+  // launch has (cut_grid_scheduler.cuh).
   struct Batch {
     static constexpr bool kTransposed = GroupedKernel::kTransposed;
     using ClusterShape = GroupedKernel::ClusterShape;
@@ -121,7 +123,8 @@ struct GroupedKernel {
         ElementA, LayoutA, kAlignAB, ElementB, LayoutB, kAlignAB, Acc, TileShape, ClusterShape,
         cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
         typename Schedule::BatchKernel>::CollectiveOp>;
-    using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue>;
+    using Kernel =
+        cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue, CutGridScheduler>;
   };
 };
 

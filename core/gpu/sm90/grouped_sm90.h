@@ -100,6 +100,9 @@ struct BatchL2 {
 // The rule (grouped_fprop.cu), for a batch of groups of `rows` rows whose clusters hold `cluster_rows`
 // rows each, over a k loop of `k`.
 BatchL2 batch_l2_rule(int64_t k, int64_t rows, int64_t cluster_rows);
+// The clusters a strided batch of `cluster_tiles` output tiles (one per cluster each) runs on, of the
+// launch's `clusters`: the fewest that deal them in as many waves (the rule is in grouped_fprop.cu).
+int64_t batch_clusters(int64_t cluster_tiles, int64_t clusters);
 
 struct PlanOptions {
   Tile tile = Tile::Auto;  // honoured for Fprop only (Dgrad and Wgrad: always T128x128)
