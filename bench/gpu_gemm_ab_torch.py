@@ -51,11 +51,14 @@ BATCH_ENGINES = [(f"{engine}.batch", f"{tile} + strided batch", chunks, run)
 # rule: batch_l2_rule), timed only where MOENUM_GEMM_BENCH_ENGINES names them.
 L2_ENGINES = [(f"gpu.grouped.l2_weights_{w}_rows_{r}", f"auto + L2 weights {w} rows {r}", -1, -1)
               for w, r in (("normal", "normal"), ("first", "normal"), ("first", "last"), ("normal", "last"))]
+# The automatic choice with its strided batch's tiles on every CTA of the launch, not on the fewest
+# clusters for its waves (grouped_fprop.cu, batch_clusters): timed only where named.
+EVERY_CTA_ENGINES = [("gpu.grouped.batch_every_cta", "auto + batch on every CTA", -1, -1)]
 # MOENUM_GEMM_BENCH_ENGINES=name,name,... asks for those forced engines only (ASKED_ENGINES; none
 # without it), which ENGINES then keeps beside the automatic choices, as in bench/gpu_gemm_bench.cu:
 # short sweeps.
 _ASKED = [n for n in os.environ.get("MOENUM_GEMM_BENCH_ENGINES", "").split(",") if n]
-ASKED_ENGINES = [e for e in FORCED_ENGINES + BATCH_ENGINES + L2_ENGINES if e[0] in _ASKED]
+ASKED_ENGINES = [e for e in FORCED_ENGINES + BATCH_ENGINES + L2_ENGINES + EVERY_CTA_ENGINES if e[0] in _ASKED]
 if _ASKED:
     ENGINES = AUTOMATIC_ENGINES + ASKED_ENGINES
 

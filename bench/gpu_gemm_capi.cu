@@ -24,6 +24,19 @@ constexpr const char* kStridedBatchSuffix = " + strided batch";
 constexpr int kL2Bit = 0x200, kL2WeightsShift = 10, kL2RowsShift = 12;
 constexpr const char* kL2Prefix = " + L2 weights ";
 
+// sm90::PlanOptions::batch_every_cta, as a suffix of the name ("auto + batch on every CTA", before
+// any L2 suffix) and a bit of the tile value.
+constexpr int kEveryCtaBit = 0x4000;
+constexpr const char* kEveryCtaSuffix = " + batch on every CTA";
+
+// Strips a trailing kEveryCtaSuffix off `name`: kEveryCtaBit if there was one, else 0.
+int take_every_cta_suffix(std::string& name) {
+  const size_t n = std::strlen(kEveryCtaSuffix);
+  if (name.size() <= n || name.compare(name.size() - n, n, kEveryCtaSuffix) != 0) return 0;
+  name.resize(name.size() - n);
+  return kEveryCtaBit;
+}
+
 // Strips a trailing " + L2 weights W rows R" off `name`: the bits it stands for, 0 if none, -1 if
 // W or R is no priority's name.
 int take_l2_suffix(std::string& name) {
@@ -57,19 +70,20 @@ extern "C" {
 int moenum_fprop_tile(const char* name) {
   namespace sm90 = moenum::gpu::sm90;
   std::string tile(name);
+  const int every_cta = take_every_cta_suffix(tile);
   const int l2 = take_l2_suffix(tile);
   if (l2 < 0) return -1;
   const size_t suffix = std::strlen(kStridedBatchSuffix);
   const bool batch = tile.size() > suffix && tile.compare(tile.size() - suffix, suffix, kStridedBatchSuffix) == 0;
   if (batch) tile.resize(tile.size() - suffix);
   for (int t = static_cast<int>(batch); t < static_cast<int>(sm90::Tile::kCount); ++t)
-    if (tile == sm90::tile_name(static_cast<sm90::Tile>(t))) return t | (batch ? kStridedBatchBit : 0) | l2;
+    if (tile == sm90::tile_name(static_cast<sm90::Tile>(t))) return t | (batch ? kStridedBatchBit : 0) | l2 | every_cta;
   return -1;
 }
 
 // tile: the value of sm90::Tile (0 = the automatic choice; moenum_fprop_tile looks one up), with
 // kStridedBatchBit for a forced tile that also runs equal small groups as its strided batch and the
-// L2 bits for the batch's priorities;
+// L2 bits for the batch's priorities and kEveryCtaBit for its tiles on every CTA;
 // chunks, run: -1 = automatic; sm_count: the persistent grid's SMs, -1 = every SM. Null on failure.
 void* moenum_fprop_new(int tile, int chunks, int run, int sm_count, int groups, int64_t n, int64_t k, const void* b) {
   try {
@@ -80,6 +94,7 @@ void* moenum_fprop_new(int tile, int chunks, int run, int sm_count, int groups, 
     if (tile & kL2Bit)
       o.batch_l2 = sm90::BatchL2{static_cast<sm90::L2Priority>(tile >> kL2WeightsShift & 3),
                                  static_cast<sm90::L2Priority>(tile >> kL2RowsShift & 3)};
+    o.batch_every_cta = (tile & kEveryCtaBit) != 0;
     o.run = run;
     o.sm_count = sm_count;
     h->engine = moenum::gpu::make_cutlass_sm90_engine(o);

@@ -480,6 +480,38 @@ TEST_F(GpuGroupedChoice, EveryL2PriorityOfTheBatchBitwise) {
   ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(s));
 }
 
+// The strided batch's tiles on batch_clusters' clusters (cut_grid_scheduler.cuh: the other CTAs of
+// the launch idle) and on every CTA: the same bits. 130 groups of 128 rows and N 1536 leave a short
+// last wave on 66 clusters of two SMs for each tile below (128x256 2x1: 780 cluster tiles, 11.8
+// waves), so 65 clusters take the batch; uneven counts run the grouped configurations in that launch.
+TEST_F(GpuGroupedChoice, BatchOnFewerCtasBitwise) {
+  constexpr int kGroups = 130;
+  constexpr int64_t kPerGroup = 128;
+  FpropCase c(1024, kGroups, kGroups * kPerGroup, 1536);
+  std::vector<int64_t> equal(kGroups, kPerGroup), unequal = equal;
+  unequal[0] += 64, unequal[1] -= 64;
+  for (const auto* counts : {&equal, &unequal}) {
+    c.set_counts(*counts, s);
+    const std::vector<uint16_t> want = c.run(*gpu::make_cutlass_sm90_engine({sm90::Tile::T128x128, 1}), s);
+    for (sm90::Tile t : {sm90::Tile::T128x128PingpongT, sm90::Tile::T192x128PingpongT, sm90::Tile::T128x256M2}) {
+      for (bool every_cta : {false, true}) {
+        sm90::PlanOptions o;
+        o.tile = t;
+        o.strided_batch = true;
+        o.batch_every_cta = every_cta;
+        auto plan = sm90::make_fprop_plan(c.g, o);
+        c.poison(s);
+        plan->launch(c.g, s);
+        const std::string what = std::string(sm90::tile_name(t)) + (every_cta ? ", every CTA" : ", fewest clusters") +
+                                 (counts == &equal ? ", equal counts" : ", unequal counts");
+        EXPECT_EQ(want, c.d.download(s)) << what;
+        EXPECT_TRUE(plan->offered_strided_batch()) << what;
+      }
+    }
+  }
+  ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(s));
+}
+
 // Tiles dealt out in runs per cluster (run_scheduler.cuh), forced: bitwise CUTLASS's order. Enough
 // groups that the grid's blocks of `run` waves fill (one cluster per two SMs, 8 weight tiles per
 // group), so the remapped blocks and the partial last block (CUTLASS's order) both run; counts

@@ -16,6 +16,7 @@ class CutlassSm90Engine final : public GemmEngine {
     opts_.sm_count = o.sm_count;
     opts_.strided_batch = o.strided_batch;
     opts_.batch_l2 = o.batch_l2;
+    opts_.batch_every_cta = o.batch_every_cta;
   }
   std::string path() const override { return "cutlass_sm90_grouped_device_sizes"; }
   void begin(const int64_t*, int, cudaStream_t) override {}

@@ -17,6 +17,7 @@ struct CutlassSm90Options {
   int sm_count = -1;                   // Fprop persistent grid on at most this many SMs, -1 every SM
   bool strided_batch = false;          // a forced Fprop tile also runs equal small groups as a batch
   std::optional<sm90::BatchL2> batch_l2;  // the strided batch's L2 priorities, unset: the rule
+  bool batch_every_cta = false;           // the strided batch's tiles on every CTA (bench)
 };
 
 std::unique_ptr<GemmEngine> make_cutlass_sm90_engine(const CutlassSm90Options& o = {});

@@ -401,8 +401,10 @@ class StridedBatch {
 
  public:
   // hw: the hardware info the launch's grouped configurations were made with; l2: the loads'
-  // priorities (unset: batch_l2_rule's for each problem).
-  StridedBatch(const cutlass::KernelHardwareInfo& hw, std::optional<BatchL2> l2) : hw_(hw), forced_l2_(l2) {}
+  // priorities (unset: batch_l2_rule's for each problem); every_cta: the tiles on all of the launch's
+  // CTAs (unset: on batch_clusters' clusters).
+  StridedBatch(const cutlass::KernelHardwareInfo& hw, std::optional<BatchL2> l2, bool every_cta)
+      : hw_(hw), forced_l2_(l2), every_cta_(every_cta) {}
 
   // The parameters for g, with `rows` rows per group (equal_groups_rows(g) > 0), their tiles dealt
   // to batch_clusters' clusters of `grid`. False if CUTLASS cannot run them in `grid` (the grid of
@@ -447,7 +449,7 @@ class StridedBatch {
     const int64_t tiles = g.groups * cluster_tiles(m_extent, cute::size<0>(Tile{}), cm) *
                           cluster_tiles(n_extent, cute::size<1>(Tile{}), cn);
     const int64_t clusters = int64_t(grid.x) * grid.y * grid.z / (cm * cn);
-    args.scheduler.ctas = static_cast<int>(batch_clusters(tiles, clusters) * cm * cn);
+    args.scheduler.ctas = every_cta_ ? 0 : static_cast<int>(batch_clusters(tiles, clusters) * cm * cn);
     if (Kernel::can_implement(args) && Kernel::get_workspace_size(args) == 0) {
       params_ = Kernel::to_underlying_arguments(args, nullptr);
       const dim3 want = Kernel::get_grid_shape(params_);
@@ -465,6 +467,7 @@ class StridedBatch {
   using Key = std::tuple<const void*, const void*, const void*, int64_t, int64_t>;
   cutlass::KernelHardwareInfo hw_;
   std::optional<BatchL2> forced_l2_;
+  bool every_cta_;
   Key key_{nullptr, nullptr, nullptr, 0, 0};
   bool ready_ = false;
   typename Kernel::Params params_{};
@@ -516,7 +519,7 @@ class ChoicePlan final : public GroupedGemmPlan {
  public:
   ChoicePlan(const GroupedGemmDesc& g, int chunks, int64_t chunk_rows, const std::array<int, kConfigs>& runs,
              const std::array<int, 4>& config_of_class, bool offer_batch, std::optional<BatchL2> batch_l2,
-             int sm_count)
+             bool batch_every_cta, int sm_count)
       : plans_(make_plans(g, chunks, chunk_rows, runs, sm_count, std::index_sequence_for<Cs...>{})),
         config_of_class_(config_of_class),
         offer_batch_(offer_batch),
@@ -528,7 +531,7 @@ class ChoicePlan final : public GroupedGemmPlan {
       static_assert(std::is_same_v<typename Batch::ClusterShape, typename First::ClusterShape>, "one cluster shape");
       static_assert(Batch::Kernel::MaxThreadsPerBlock == FirstKernel::MaxThreadsPerBlock &&
                     Batch::Kernel::MinBlocksPerMultiprocessor == FirstKernel::MinBlocksPerMultiprocessor);
-      batch_.batch = std::make_unique<StridedBatch<Batch>>(hardware_info<FirstKernel>(sm_count), batch_l2);
+      batch_.batch = std::make_unique<StridedBatch<Batch>>(hardware_info<FirstKernel>(sm_count), batch_l2, batch_every_cta);
     }
     MOENUM_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   }
@@ -625,7 +628,7 @@ std::unique_ptr<GroupedGemmPlan> make_fprop_plan(const GroupedGemmDesc& g, const
     std::array<int, sizeof...(kernels)> runs{};
     for (size_t i = 0; i < runs.size(); ++i) runs[i] = run(d.tiles[i]);
     return std::make_unique<ChoicePlan<Batch, decltype(kernels)...>>(g, chunks, o.chunk_rows, runs, d.config_of_class,
-                                                                     tiles.batch_equal_groups, o.batch_l2, sm_count);
+                                                                     tiles.batch_equal_groups, o.batch_l2, o.batch_every_cta, sm_count);
   };
   if (o.tile != Tile::Auto)
     return with_tile_kernel(o.tile, [&](auto kernel) {

@@ -114,6 +114,7 @@ struct PlanOptions {
   // offers one (for the bench: the automatic plans carry their small-groups configuration's).
   bool strided_batch = false;
   std::optional<BatchL2> batch_l2;  // the strided batch's L2 priorities; unset: batch_l2_rule
+  bool batch_every_cta = false;     // the strided batch's tiles on every CTA, not batch_clusters' (bench)
 };
 
 std::unique_ptr<GroupedGemmPlan> make_fprop_plan(const GroupedGemmDesc& g, const PlanOptions& o);  // A row, B col, D bf16
