@@ -20,6 +20,8 @@
 #                                       with the dense ceiling (bench/gpu_gemm_sustained.py),
 #                                       gemm-l2: the strided batch's L2 priorities forced on the equal-count
 #                                       cells, held at the power limit, then the gemm-diagnose stage on them,
+#                                       gemm-cut: the strided batch on the fewest clusters for its waves beside
+#                                       the batch on every CTA, held at the power limit,
 #                                       and multigpu (nvidia-h200-x2): EP 2 under mpirun with transport nccl,
 #                                       gpu.grouped and gpu.multistream, bf16 and mxfp8, every padding source,
 #                                       bitwise against transport local, with timings
@@ -401,6 +403,16 @@ if want gemm-l2 && [ -f $BUILD/libmoenum_gemm_capi.so ]; then
   OUT=$OUT/l2-diagnose MOENUM_GEMM_SHAPES=qwen3.5_35b_fc1,qwen3.5_35b_fc2 bash "$ROOT/scripts/gpu-check.sh" gemm-diagnose >>"$OUT/gemm_l2.err" 2>&1 || rc=1
   unset MOENUM_GEMM_BENCH_ENGINES
   [ $rc -eq 0 ] && note gemm-l2 ok "$((SECONDS - t0)) s" || note gemm-l2 FAILED "$(tail -1 "$OUT/gemm_l2.err")"
+fi
+
+# ---- gemm-cut (on request): the strided batch's tiles on batch_clusters' clusters (the automatic
+# ---- plan) against every CTA, on the uniform cells with a short last wave and one without (control)
+if want gemm-cut && [ -f $BUILD/libmoenum_gemm_capi.so ]; then
+  t0=$SECONDS
+  MOENUM_GEMM_BENCH_ENGINES=gpu.grouped.batch_every_cta \
+    MOENUM_GEMM_SHAPES=qwen3_30b_fc1,qwen3.5_35b_fc1,gpt_oss_120b_fc2,qwen3_30b_fc2 \
+    timeout 200 python3 bench/gpu_gemm_sustained.py $BUILD/libmoenum_gemm_capi.so --sweep >"$OUT/gemm_cut.csv" 2>"$OUT/gemm_cut.err"
+  [ $? -eq 0 ] && note gemm-cut ok "$((SECONDS - t0)) s" || note gemm-cut FAILED "$(tail -1 "$OUT/gemm_cut.err")"
 fi
 
 # ---- layer: gpu.grouped's whole layer (eager, graph replay) and the torch.grouped_mm adapter's, ----
