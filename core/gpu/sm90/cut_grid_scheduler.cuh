@@ -25,19 +25,21 @@ class CutGridTileScheduler : public cutlass::gemm::kernel::detail::PersistentTil
   using Base = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90;
 
  public:
-  struct Arguments : Base::Arguments {
-    int ctas = 0;  // the CTAs that take tiles; 0: every CTA of the launch
-  };
+  using Arguments = Base::Arguments;
   struct Params : Base::Params {
-    uint32_t ctas = 0;
+    uint32_t ctas = 0;  // the CTAs that take tiles; 0: every CTA of the launch
   };
+
+  // The cluster tiles the base deals for p (its problem_tiles_ count clusters, each mode rounded up).
+  static int64_t cluster_tiles(Params const& p) {
+    return int64_t(p.problem_tiles_m_) * p.problem_tiles_n_ * p.problem_tiles_l_;
+  }
 
   template <class ProblemShape, class TileShape, class ClusterShape, class... Rest>
   static Params to_underlying_arguments(ProblemShape problem, TileShape tile, ClusterShape cluster,
                                         cutlass::KernelHardwareInfo const& hw, Arguments const& args, Rest... rest) {
     Params p;
     static_cast<Base::Params&>(p) = Base::to_underlying_arguments(problem, tile, cluster, hw, args, rest...);
-    p.ctas = args.ctas > 0 ? static_cast<uint32_t>(args.ctas) : 0;
     return p;
   }
 

@@ -443,15 +443,12 @@ class StridedBatch {
     args.epilogue.thread.beta = 0.0f;
     // The grouped scheduler rasterises along M (its default), which sets its grid's layout.
     args.scheduler.raster_order = cutlass::gemm::kernel::detail::RasterOrderOptions::AlongM;
-    using Tile = typename Kernel::TileShape;
-    constexpr int cm = cute::size<0>(typename B::ClusterShape{}), cn = cute::size<1>(typename B::ClusterShape{});
-    auto cluster_tiles = [](int64_t extent, int tile, int cluster) { return ((extent + tile - 1) / tile + cluster - 1) / cluster; };
-    const int64_t tiles = g.groups * cluster_tiles(m_extent, cute::size<0>(Tile{}), cm) *
-                          cluster_tiles(n_extent, cute::size<1>(Tile{}), cn);
-    const int64_t clusters = int64_t(grid.x) * grid.y * grid.z / (cm * cn);
-    args.scheduler.ctas = every_cta_ ? 0 : static_cast<int>(batch_clusters(tiles, clusters) * cm * cn);
     if (Kernel::can_implement(args) && Kernel::get_workspace_size(args) == 0) {
       params_ = Kernel::to_underlying_arguments(args, nullptr);
+      auto& deal = params_.scheduler;
+      const uint32_t cluster = deal.cluster_shape_m_ * deal.cluster_shape_n_;
+      const int64_t clusters = int64_t(grid.x) * grid.y * grid.z / cluster;
+      deal.ctas = every_cta_ ? 0 : static_cast<uint32_t>(batch_clusters(CutGridTileScheduler::cluster_tiles(deal), clusters) * cluster);
       const dim3 want = Kernel::get_grid_shape(params_);
       ready_ = want.x == grid.x && want.y == grid.y && want.z == grid.z;
     }
