@@ -393,15 +393,20 @@ if want gemm-diagnose && [ -f $BUILD/libmoenum_gemm_capi.so ]; then
   [ $rc -eq 0 ] && note gemm-diag ok "$((SECONDS - t0)) s" || note gemm-diag FAILED "$(tail -1 "$OUT/gemm_diagnose.err")"
 fi
 
+# The forced engines $2 beside the automatic plan, held at the power limit, on the shapes $3, into
+# $OUT/gemm_$1.csv (bench/gpu_gemm_sustained.py --sweep); for the A/B stages below.
+sustained_ab() {
+  MOENUM_GEMM_BENCH_ENGINES=$2 MOENUM_GEMM_SHAPES=$3 \
+    timeout 200 python3 bench/gpu_gemm_sustained.py $BUILD/libmoenum_gemm_capi.so --sweep >"$OUT/gemm_$1.csv" 2>"$OUT/gemm_$1.err"
+}
+
 # ---- gemm-l2 (on request): the strided batch's L2 priorities against the rule, on the cells that run it
 if want gemm-l2 && [ -f $BUILD/libmoenum_gemm_capi.so ]; then
   t0=$SECONDS
-  export MOENUM_GEMM_BENCH_ENGINES=gpu.grouped.l2_weights_normal_rows_normal,gpu.grouped.l2_weights_first_rows_normal
-  MOENUM_GEMM_SHAPES=qwen3_30b_fc1,qwen3_30b_fc2,qwen3.5_35b_fc1,qwen3.5_35b_fc2,gpt_oss_120b_fc1,gpt_oss_120b_fc2 \
-    timeout 200 python3 bench/gpu_gemm_sustained.py $BUILD/libmoenum_gemm_capi.so --sweep >"$OUT/gemm_l2.csv" 2>"$OUT/gemm_l2.err"
+  sustained_ab l2 gpu.grouped.l2_weights_normal_rows_normal,gpu.grouped.l2_weights_first_rows_normal \
+    qwen3_30b_fc1,qwen3_30b_fc2,qwen3.5_35b_fc1,qwen3.5_35b_fc2,gpt_oss_120b_fc1,gpt_oss_120b_fc2
   rc=$?
   OUT=$OUT/l2-diagnose MOENUM_GEMM_SHAPES=qwen3.5_35b_fc1,qwen3.5_35b_fc2 bash "$ROOT/scripts/gpu-check.sh" gemm-diagnose >>"$OUT/gemm_l2.err" 2>&1 || rc=1
-  unset MOENUM_GEMM_BENCH_ENGINES
   [ $rc -eq 0 ] && note gemm-l2 ok "$((SECONDS - t0)) s" || note gemm-l2 FAILED "$(tail -1 "$OUT/gemm_l2.err")"
 fi
 
@@ -409,10 +414,8 @@ fi
 # ---- plan) against every CTA, on the uniform cells with a short last wave and one without (control)
 if want gemm-cut && [ -f $BUILD/libmoenum_gemm_capi.so ]; then
   t0=$SECONDS
-  MOENUM_GEMM_BENCH_ENGINES=gpu.grouped.batch_every_cta \
-    MOENUM_GEMM_SHAPES=qwen3_30b_fc1,qwen3.5_35b_fc1,gpt_oss_120b_fc2,qwen3_30b_fc2 \
-    timeout 200 python3 bench/gpu_gemm_sustained.py $BUILD/libmoenum_gemm_capi.so --sweep >"$OUT/gemm_cut.csv" 2>"$OUT/gemm_cut.err"
-  [ $? -eq 0 ] && note gemm-cut ok "$((SECONDS - t0)) s" || note gemm-cut FAILED "$(tail -1 "$OUT/gemm_cut.err")"
+  sustained_ab cut gpu.grouped.batch_every_cta qwen3_30b_fc1,qwen3.5_35b_fc1,gpt_oss_120b_fc2,qwen3_30b_fc2 \
+    && note gemm-cut ok "$((SECONDS - t0)) s" || note gemm-cut FAILED "$(tail -1 "$OUT/gemm_cut.err")"
 fi
 
 # ---- layer: gpu.grouped's whole layer (eager, graph replay) and the torch.grouped_mm adapter's, ----
