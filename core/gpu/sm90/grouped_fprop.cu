@@ -212,8 +212,9 @@ BatchL2 batch_l2_rule(int64_t k, int64_t rows, int64_t cluster_rows) {
 // alike, so on the launch's C clusters the last wave may hold only a few (Qwen3.5-35B FC1: 1024
 // cluster tiles on 66 clusters, 15.5 waves), which finish it alone while the others idle. On the
 // fewest clusters that need as many waves every cluster deals the same tiles and the rest of the card
-// draws no power, which at the power limit the working SMs' clock takes up. A grid of 128 SMs instead
-// of 132 gained about 1% on two uniform cells with such a tail (bench/RESULTS.md, run 15).
+// draws no power, which at the power limit the working SMs' clock takes up. On an H100 held at the
+// power limit, 64 clusters instead of 66 gained 1.8-3.0% on the three uniform cells with such a tail
+// (bench/RESULTS.md, run 22).
 int64_t batch_clusters(int64_t cluster_tiles, int64_t clusters) {
   if (cluster_tiles <= 0 || clusters <= 0) return clusters;
   const int64_t waves = (cluster_tiles + clusters - 1) / clusters;
