@@ -24,17 +24,17 @@ constexpr const char* kStridedBatchSuffix = " + strided batch";
 constexpr int kL2Bit = 0x200, kL2WeightsShift = 10, kL2RowsShift = 12;
 constexpr const char* kL2Prefix = " + L2 weights ";
 
-// sm90::PlanOptions::batch_every_cta, as a suffix of the name ("auto + batch on every CTA", before
+// sm90::PlanOptions::batch_every_cta, as the name's last suffix ("auto + batch on every CTA", after
 // any L2 suffix) and a bit of the tile value.
 constexpr int kEveryCtaBit = 0x4000;
 constexpr const char* kEveryCtaSuffix = " + batch on every CTA";
 
-// Strips a trailing kEveryCtaSuffix off `name`: kEveryCtaBit if there was one, else 0.
-int take_every_cta_suffix(std::string& name) {
-  const size_t n = std::strlen(kEveryCtaSuffix);
-  if (name.size() <= n || name.compare(name.size() - n, n, kEveryCtaSuffix) != 0) return 0;
+// Strips `suffix` off the end of `name`, leaving something before it: whether it did.
+bool take_suffix(std::string& name, const char* suffix) {
+  const size_t n = std::strlen(suffix);
+  if (name.size() <= n || name.compare(name.size() - n, n, suffix) != 0) return false;
   name.resize(name.size() - n);
-  return kEveryCtaBit;
+  return true;
 }
 
 // Strips a trailing " + L2 weights W rows R" off `name`: the bits it stands for, 0 if none, -1 if
@@ -66,16 +66,15 @@ struct FpropHandle {
 extern "C" {
 
 // The value of the sm90::Tile named `name` (sm90::tile_name), or -1 if no tile has that name. A
-// forced tile's name followed by kStridedBatchSuffix: its value with kStridedBatchBit set.
+// forced tile's name followed by kStridedBatchSuffix: its value with kStridedBatchBit set; the L2
+// and every-CTA suffixes (above) set their bits.
 int moenum_fprop_tile(const char* name) {
   namespace sm90 = moenum::gpu::sm90;
   std::string tile(name);
-  const int every_cta = take_every_cta_suffix(tile);
+  const int every_cta = take_suffix(tile, kEveryCtaSuffix) ? kEveryCtaBit : 0;
   const int l2 = take_l2_suffix(tile);
   if (l2 < 0) return -1;
-  const size_t suffix = std::strlen(kStridedBatchSuffix);
-  const bool batch = tile.size() > suffix && tile.compare(tile.size() - suffix, suffix, kStridedBatchSuffix) == 0;
-  if (batch) tile.resize(tile.size() - suffix);
+  const bool batch = take_suffix(tile, kStridedBatchSuffix);
   for (int t = static_cast<int>(batch); t < static_cast<int>(sm90::Tile::kCount); ++t)
     if (tile == sm90::tile_name(static_cast<sm90::Tile>(t))) return t | (batch ? kStridedBatchBit : 0) | l2 | every_cta;
   return -1;
